@@ -1,0 +1,72 @@
+"""pyggml_codec: the Fish Audio S2 Pro neural audio codec on ggml, with graphs built in Python.
+
+    >>> import pyggml_codec
+    >>> with pyggml_codec.load("s2-pro-codec.gguf") as codec:   # doctest: +SKIP
+    ...     codes = codec.encode(audio)       # (10, T) int32
+    ...     wave = codec.decode(codes)        # (T * 2048,) float32
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .codec import Codec, EncodeResult
+from .config import CodecConfig
+from .errors import (
+    BackendError,
+    ClosedError,
+    CodecError,
+    ConfigError,
+    GraphError,
+    InputError,
+    ModelFileError,
+    TensorError,
+)
+from .model import load_model
+from .runtime import Backend, DeviceInfo, available_backends, default_threads, devices, start_backend
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "load", "Codec", "CodecConfig", "EncodeResult", "available_backends", "devices", "__version__",
+    "CodecError", "ModelFileError", "ConfigError", "TensorError", "InputError", "BackendError", "GraphError",
+    "ClosedError", "DeviceInfo",
+]
+
+
+def load(
+    source: str | os.PathLike | Any,
+    backend: str | int = "auto",
+    device: int = 0,
+    n_threads: int | None = None,
+    *,
+    precision: str = "f32",
+    parts: str = "all",
+    strict_backend: bool = False,
+    decode_path: str = "auto",
+) -> Codec:
+    """Load an S2 codec from a GGUF file onto a ggml backend.
+
+    ``source``: a path to a ``fish-speech`` (merged, ``c.``-prefixed) or
+    ``fish-speech-codec`` GGUF file, or an open ``gguf.GGUFReader`` the host already has.
+    ``backend``: "auto" (a GPU if this ggml build has one, else CPU), "cpu", "cuda",
+    "metal", "vulkan", or a ggml backend handle the host created (used, never freed).
+    An unavailable backend falls back to CPU with a ``RuntimeWarning`` (recorded in
+    ``codec.fallback_reason``); ``strict_backend=True`` raises :class:`BackendError`.
+    ``precision``: "f32" (default: F32 im2col and weights, exact to ~1e-7, the reference
+    for comparisons) or "s2cpp" (F16 conv inputs and weights, as the C++ engine computes;
+    half the weight memory of an F16 file). ``parts``: "all", "encode" or "decode" (only
+    the tensors that direction needs). ``n_threads`` defaults to the usable cores.
+    """
+    if precision not in ("f32", "s2cpp"):
+        raise ValueError(f"precision must be 'f32' or 's2cpp', got {precision!r}")
+    if n_threads is not None and int(n_threads) < 1:
+        raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+    if isinstance(backend, int) and not isinstance(backend, bool):
+        handle = Backend.wrap(backend)
+    else:
+        handle = start_backend(str(backend), device, strict_backend)
+    handle.set_threads(n_threads or default_threads())
+    model = load_model(source, handle, parts, precision)
+    return Codec(model, precision, decode_path)

@@ -1,0 +1,147 @@
+"""The one module that imports the ggml binding (``ggml-python``).
+
+Everything else in the package reaches ggml through the names exported here, so that
+the binding can be swapped or patched in one place. On import this module:
+
+* checks that the binding wraps the ggml version this package was written for;
+* repairs the return types that ``ggml-python`` 0.0.45 declares as ``NewType`` (which
+  ctypes treats as a 32-bit C ``int``, truncating 64-bit pointers);
+* routes ggml's log lines into the ``pyggml_codec.ggml`` logger;
+* sets ``GGML_NO_BACKTRACE`` so that an abort never tries to attach a debugger.
+
+Shape convention, written once: ggml's ``ne`` lists dimensions fastest first, numpy
+lists them slowest first, so a ggml tensor with ``ne = [T, C]`` is a numpy array of shape
+``(C, T)``. Helpers here convert between the two.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+
+import numpy as np
+
+os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+
+import ggml as _binding  # noqa: E402  (the environment variable must be set first)
+from ggml import ggml as lib  # noqa: E402
+
+EXPECTED_GGML_VERSION = "0.15.3"
+EXPECTED_BINDING_VERSION = "0.0.45"
+
+if getattr(lib, "GGML_VERSION", None) != EXPECTED_GGML_VERSION:  # pragma: no cover
+    raise ImportError(
+        f"pyggml_codec needs ggml-python {EXPECTED_BINDING_VERSION} (ggml {EXPECTED_GGML_VERSION}); "
+        f"found a binding for ggml {getattr(lib, 'GGML_VERSION', '?')}"
+    )
+
+BINDING_VERSION = getattr(_binding, "__version__", "?")
+
+# Functions whose restype ggml-python declares as a NewType: the pointer would be cut
+# to 32 bits. Repaired once, at import.
+_POINTER_RETURNING = (
+    "ggml_backend_alloc_buffer",
+    "ggml_backend_cpu_buffer_from_ptr",
+    "ggml_backend_cpu_buffer_type",
+    "ggml_backend_sched_get_tensor_backend",
+    "ggml_backend_vk_buffer_type",
+    "ggml_backend_vk_host_buffer_type",
+)
+for _name in _POINTER_RETURNING:
+    _fn = getattr(lib, _name, None)
+    if _fn is not None and hasattr(_fn, "restype"):
+        _fn.restype = ctypes.c_void_p
+
+# --------------------------------------------------------------------------- logging
+
+ggml_logger = logging.getLogger("pyggml_codec.ggml")
+_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR, 5: logging.DEBUG}
+_pending_line: list[str] = []
+
+
+@lib.ggml_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:  # pragma: no cover - C callback
+    try:
+        message = text.decode("utf-8", "replace") if text else ""
+        _pending_line.append(message)
+        if message.endswith("\n"):
+            line = "".join(_pending_line).rstrip("\n")
+            _pending_line.clear()
+            ggml_logger.log(_LEVELS.get(level, logging.INFO), "%s", line)
+    except Exception:  # never let an exception cross the C boundary
+        pass
+
+
+lib.ggml_log_set(_log_callback, None)
+
+# --------------------------------------------------------------------------- constants
+
+TYPE_F32 = lib.GGML_TYPE_F32
+TYPE_F16 = lib.GGML_TYPE_F16
+TYPE_I32 = lib.GGML_TYPE_I32
+TYPE_NAMES = {TYPE_F32: "F32", TYPE_F16: "F16", TYPE_I32: "I32"}
+NP_DTYPES = {TYPE_F32: np.float32, TYPE_F16: np.float16, TYPE_I32: np.int32}
+MAX_NAME = lib.GGML_MAX_NAME
+DEVICE_TYPE_NAMES = {
+    lib.GGML_BACKEND_DEVICE_TYPE_CPU: "cpu",
+    lib.GGML_BACKEND_DEVICE_TYPE_GPU: "gpu",
+    lib.GGML_BACKEND_DEVICE_TYPE_IGPU: "igpu",
+    lib.GGML_BACKEND_DEVICE_TYPE_ACCEL: "accel",
+}
+
+
+def ggml_version() -> str:
+    return lib.ggml_version().decode()
+
+
+def has_llamafile() -> bool:
+    return bool(lib.ggml_cpu_has_llamafile())
+
+
+# --------------------------------------------------------------------------- tensor helpers
+
+
+def ne(tensor) -> tuple[int, ...]:
+    """The ggml shape of ``tensor`` (fastest dimension first), trailing 1s dropped."""
+    dims = [int(tensor.contents.ne[i]) for i in range(4)]
+    while len(dims) > 1 and dims[-1] == 1:
+        dims.pop()
+    return tuple(dims)
+
+
+def numpy_shape(tensor) -> tuple[int, ...]:
+    """The numpy shape of ``tensor``: its ``ne`` reversed."""
+    return tuple(reversed(ne(tensor)))
+
+
+def tensor_type(tensor) -> int:
+    return int(tensor.contents.type)
+
+
+def set_name(tensor, name: str) -> None:
+    encoded = name.encode()
+    if len(encoded) >= MAX_NAME:
+        raise ValueError(f"tensor name {name!r} is {len(encoded)} bytes; ggml allows {MAX_NAME - 1}")
+    lib.ggml_set_name(tensor, encoded)
+
+
+def upload(tensor, array: np.ndarray) -> None:
+    """Copy a numpy array into a backend tensor (any backend). Sizes are checked first."""
+    want = NP_DTYPES[tensor_type(tensor)]
+    data = np.ascontiguousarray(array, dtype=want)
+    nbytes = int(lib.ggml_nbytes(tensor))
+    if data.nbytes != nbytes:
+        raise ValueError(f"upload of {data.nbytes} bytes into a tensor of {nbytes} bytes")
+    lib.ggml_backend_tensor_set(tensor, data.ctypes.data_as(ctypes.c_void_p), 0, nbytes)
+
+
+def download(tensor) -> np.ndarray:
+    """Copy a backend tensor into a new numpy array of shape ``numpy_shape(tensor)``."""
+    dtype = NP_DTYPES[tensor_type(tensor)]
+    out = np.empty(numpy_shape(tensor), dtype=dtype)
+    nbytes = int(lib.ggml_nbytes(tensor))
+    if out.nbytes != nbytes:
+        raise ValueError("download of a non-contiguous tensor")
+    lib.ggml_backend_tensor_get(tensor, out.ctypes.data_as(ctypes.c_void_p), 0, nbytes)
+    return out

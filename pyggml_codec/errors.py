@@ -1,0 +1,39 @@
+"""The exception classes of the public API.
+
+Every error this library raises on bad input is one of these (or a subclass of a
+builtin family, so ``except ValueError`` keeps working for callers that prefer it).
+"""
+
+from __future__ import annotations
+
+
+class CodecError(Exception):
+    """Base class of every error raised by pyggml_codec."""
+
+
+class ModelFileError(CodecError, ValueError):
+    """A model file is unreadable, truncated, corrupt or not an S2 codec file."""
+
+
+class ConfigError(ModelFileError):
+    """A ``fish_speech.codec.*`` metadata key is missing, mistyped or impossible."""
+
+
+class TensorError(ModelFileError):
+    """A tensor the configuration implies is missing, mis-shaped, mistyped or unexpected."""
+
+
+class InputError(CodecError, ValueError):
+    """Audio or codes passed to encode/decode are unusable (shape, dtype, values, size)."""
+
+
+class BackendError(CodecError, RuntimeError):
+    """A ggml backend could not be started or cannot run a graph."""
+
+
+class GraphError(CodecError, RuntimeError):
+    """Building, allocating or computing a ggml graph failed."""
+
+
+class ClosedError(CodecError, RuntimeError):
+    """The codec was used after ``close()``."""

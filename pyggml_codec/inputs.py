@@ -1,0 +1,91 @@
+"""Validation of what callers pass to encode/decode, before any ggml call.
+
+Each check raises :class:`InputError` naming the problem, so that nothing malformed ever
+reaches a ggml assertion (which would abort the interpreter).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .config import CodecConfig
+from .errors import InputError
+
+# Refuse work whose activations would not fit in memory. The largest one-shot buffers
+# grow linearly with length (decoder im2col columns) and quadratically in the encoder
+# transformer's dense attention; these limits keep a one-shot graph under a few GB.
+MAX_DECODE_FRAMES = 2048  # about 95 s of audio at 21.5 frames/s
+MAX_ENCODE_SECONDS = 120.0
+
+
+def check_codes(codes, cfg: CodecConfig, on_invalid: str = "clamp") -> np.ndarray:
+    """Codes as int32 ``(n_codebooks, T)``; out-of-range values clamped (warned) or refused."""
+    if on_invalid not in ("clamp", "raise"):
+        raise ValueError(f"on_invalid_codes must be 'clamp' or 'raise', got {on_invalid!r}")
+    arr = np.asarray(codes)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        raise InputError(f"codes must be integers, got dtype {arr.dtype}")
+    if arr.ndim == 3 and arr.shape[0] == 1:
+        arr = arr[0]
+    n_cb = cfg.n_codebooks
+    if arr.ndim != 2 or arr.shape[0] != n_cb:
+        raise InputError(f"codes must have shape ({n_cb}, T) or (1, {n_cb}, T), got {arr.shape}")
+    if arr.shape[1] == 0:
+        raise InputError("codes are empty (T = 0)")
+    if arr.shape[1] > MAX_DECODE_FRAMES:
+        raise InputError(
+            f"{arr.shape[1]} frames exceed the one-shot decode limit of {MAX_DECODE_FRAMES}; "
+            "decode in chunks with codec.stream_decoder()"
+        )
+    return _clamp(arr.astype(np.int64), cfg, on_invalid)
+
+
+def _clamp(arr: np.ndarray, cfg: CodecConfig, on_invalid: str) -> np.ndarray:
+    counts = {}
+    out = np.empty(arr.shape, dtype=np.int32)
+    for cb, size in enumerate(cfg.quantizer.codebook_sizes):
+        row = arr[cb]
+        bad = int(np.count_nonzero((row < 0) | (row >= size)))
+        if bad:
+            counts[cb] = bad
+        out[cb] = np.clip(row, 0, size - 1)
+    if counts:
+        detail = ", ".join(f"codebook {cb}: {n}" for cb, n in counts.items())
+        if on_invalid == "raise":
+            raise InputError(f"codes out of range ({detail}); sizes are {list(cfg.quantizer.codebook_sizes)}")
+        warnings.warn(f"pyggml_codec: clamped out-of-range codes ({detail})", RuntimeWarning, stacklevel=4)
+    return out
+
+
+def check_audio(audio, cfg: CodecConfig, sample_rate: int | None, mix: str | None) -> np.ndarray:
+    """Audio as contiguous float32 ``(n,)``: dtype, rank, channels, rate and values checked."""
+    if sample_rate is not None and int(sample_rate) != cfg.sample_rate:
+        raise InputError(
+            f"sample rate {sample_rate} Hz differs from the model's {cfg.sample_rate} Hz; "
+            "resample first (pyggml_codec.audio.resample)"
+        )
+    arr = np.asarray(audio)
+    if arr.dtype == np.int16:
+        arr = arr.astype(np.float32) / 32768.0
+    elif arr.dtype not in (np.float32, np.float64):
+        raise InputError(f"audio must be float32, float64 or int16, got dtype {arr.dtype}")
+    if arr.ndim == 2:
+        if arr.shape[0] != 1 and mix != "mean":
+            raise InputError(f"audio has {arr.shape[0]} channels (shape {arr.shape}); downmix first or pass mix='mean'")
+        arr = arr.mean(axis=0) if arr.shape[0] != 1 else arr[0]
+    elif arr.ndim != 1:
+        raise InputError(f"audio must be 1-D (n,) or 2-D (channels, n), got shape {arr.shape}")
+    if mix not in (None, "mean"):
+        raise ValueError(f"mix must be None or 'mean', got {mix!r}")
+    if arr.shape[0] == 0:
+        raise InputError("audio is empty")
+    if arr.shape[0] > MAX_ENCODE_SECONDS * cfg.sample_rate:
+        raise InputError(
+            f"{arr.shape[0] / cfg.sample_rate:.1f} s of audio exceeds the one-shot encode limit of "
+            f"{MAX_ENCODE_SECONDS:.0f} s; encode it in chunks"
+        )
+    if not np.all(np.isfinite(arr)):
+        raise InputError(f"audio contains {int(np.count_nonzero(~np.isfinite(arr)))} NaN or Inf samples")
+    return np.ascontiguousarray(arr, dtype=np.float32)

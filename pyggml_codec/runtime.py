@@ -1,0 +1,277 @@
+"""The layer that owns ggml's C objects: backends, weight buffers, graphs and allocators.
+
+Nothing here knows the model. Every object that frees something records whether it
+created it: a backend or buffer handed in by a host application is used, never freed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from . import _ggml
+from ._ggml import lib
+from .errors import BackendError, GraphError
+
+log = logging.getLogger("pyggml_codec")
+
+BACKEND_NAMES = ("auto", "cpu", "cuda", "metal", "vulkan")
+# ggml registry names of the GPU backends this library knows.
+_REGISTRY_NAMES = {"cuda": "CUDA", "metal": "Metal", "vulkan": "Vulkan"}
+_loaded_dynamic = False
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One device of ggml's registry."""
+
+    index: int
+    backend: str  # registry name lower-cased: "cpu", "cuda", ...
+    name: str
+    description: str
+    kind: str  # "cpu", "gpu", "igpu", "accel"
+    memory_free: int
+    memory_total: int
+
+
+def _load_dynamic_backends() -> None:
+    global _loaded_dynamic
+    if not _loaded_dynamic:
+        _loaded_dynamic = True
+        try:
+            lib.ggml_backend_load_all()
+        except Exception as exc:  # pragma: no cover - depends on the build
+            log.debug("ggml_backend_load_all failed: %s", exc)
+
+
+def devices() -> list[DeviceInfo]:
+    """Every device the loaded ggml build can run on."""
+    _load_dynamic_backends()
+    out = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        reg = lib.ggml_backend_dev_backend_reg(dev)
+        out.append(DeviceInfo(
+            index=i,
+            backend=lib.ggml_backend_reg_name(reg).decode().lower(),
+            name=lib.ggml_backend_dev_name(dev).decode(),
+            description=lib.ggml_backend_dev_description(dev).decode(),
+            kind=_ggml.DEVICE_TYPE_NAMES.get(lib.ggml_backend_dev_type(dev), "other"),
+            memory_free=int(free.value),
+            memory_total=int(total.value),
+        ))
+    return out
+
+
+def available_backends() -> list[str]:
+    """Backend names usable with ``load(backend=...)`` in this ggml build ("cpu" always)."""
+    names = {d.backend for d in devices()}
+    return ["cpu"] + [n for n in ("cuda", "metal", "vulkan") if n in names]
+
+
+class Backend:
+    """A ggml backend handle, with the record of how it was chosen."""
+
+    def __init__(self, handle: int, name: str, *, owned: bool, requested: str, fallback_reason: str | None):
+        self.handle = handle
+        self.name = name  # "cpu", "cuda", "metal", "vulkan"
+        self.owned = owned
+        self.requested = requested
+        self.fallback_reason = fallback_reason
+        self.n_threads = 1
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.name == "cpu"
+
+    @property
+    def device_name(self) -> str:
+        return lib.ggml_backend_name(self.handle).decode()
+
+    def set_threads(self, n: int) -> None:
+        if self.is_cpu:
+            lib.ggml_backend_cpu_set_n_threads(self.handle, int(n))
+        self.n_threads = int(n)
+
+    def supports(self, tensor) -> bool:
+        return bool(lib.ggml_backend_supports_op(self.handle, tensor))
+
+    def free(self) -> None:
+        if self.owned and self.handle:
+            lib.ggml_backend_free(self.handle)
+        self.handle = 0
+
+    @classmethod
+    def wrap(cls, handle: int) -> "Backend":
+        """A backend created by the host: used, never freed."""
+        if not handle:
+            raise BackendError("the host backend handle is NULL")
+        name = lib.ggml_backend_name(handle).decode().lower()
+        kind = "cpu" if name.startswith("cpu") else next((k for k, v in _REGISTRY_NAMES.items() if name.startswith(v.lower())), name)
+        return cls(handle, kind, owned=False, requested=kind, fallback_reason=None)
+
+
+def default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _init_device(backend: str, device: int) -> tuple[int | None, str | None]:
+    """Start device ``device`` of a GPU backend; (handle, None) or (None, reason)."""
+    matches = [d for d in devices() if d.backend == _REGISTRY_NAMES[backend].lower()]
+    if not matches:
+        return None, f"this ggml build has no {backend} backend (available: {', '.join(available_backends())})"
+    if not 0 <= device < len(matches):
+        return None, f"{backend} device {device} does not exist ({len(matches)} found)"
+    handle = lib.ggml_backend_dev_init(lib.ggml_backend_dev_get(matches[device].index), None)
+    if not handle:
+        return None, f"{backend} device {device} ({matches[device].description}) failed to start"
+    return handle, None
+
+
+def start_backend(requested: str, device: int = 0, strict: bool = False) -> Backend:
+    """Start the requested backend; fall back to CPU with a warning unless ``strict``."""
+    requested = requested.lower()
+    if requested not in BACKEND_NAMES:
+        raise BackendError(f"unknown backend {requested!r}; choose one of {', '.join(BACKEND_NAMES)}")
+    reason = None
+    if requested == "auto":
+        gpus = [n for n in available_backends() if n != "cpu"]
+        if gpus:
+            handle, reason = _init_device(gpus[0], device)
+            if handle:
+                return Backend(handle, gpus[0], owned=True, requested=requested, fallback_reason=None)
+        else:
+            return _cpu(requested, None)
+    elif requested != "cpu":
+        handle, reason = _init_device(requested, device)
+        if handle:
+            return Backend(handle, requested, owned=True, requested=requested, fallback_reason=None)
+    else:
+        return _cpu(requested, None)
+    if strict:
+        raise BackendError(f"backend {requested!r} unavailable: {reason}")
+    warnings.warn(f"pyggml_codec: backend {requested!r} unavailable ({reason}); using CPU", RuntimeWarning, stacklevel=3)
+    return _cpu(requested, reason)
+
+
+def _cpu(requested: str, reason: str | None) -> Backend:
+    handle = lib.ggml_backend_cpu_init()
+    if not handle:
+        raise BackendError("the ggml CPU backend failed to start")
+    return Backend(handle, "cpu", owned=True, requested=requested, fallback_reason=reason)
+
+
+# --------------------------------------------------------------------------- contexts and buffers
+
+
+def new_context(mem_bytes: int) -> int:
+    """A metadata-only ggml context (tensor data lives in backend buffers)."""
+    params = lib.ggml_init_params(mem_size=int(mem_bytes), mem_buffer=None, no_alloc=True)
+    ctx = lib.ggml_init(params)
+    if not ctx:
+        raise GraphError(f"ggml_init failed for a {mem_bytes >> 20} MB context")
+    return ctx
+
+
+class WeightBuffer:
+    """A context of weight tensors and the one backend buffer that holds their data."""
+
+    def __init__(self, backend: Backend, n_tensors: int):
+        self.ctx = new_context((n_tensors + 8) * lib.ggml_tensor_overhead())
+        self.buffer = 0
+        self.backend = backend
+
+    def new_tensor(self, ggml_type: int, ne: tuple[int, ...]):
+        from .ops import new_tensor
+
+        return new_tensor(self.ctx, ggml_type, ne)
+
+    def allocate(self) -> int:
+        self.buffer = lib.ggml_backend_alloc_ctx_tensors(self.ctx, self.backend.handle)
+        if not self.buffer:
+            raise BackendError("could not allocate the weight buffer on the backend")
+        return int(lib.ggml_backend_buffer_get_size(self.buffer))
+
+    def free(self) -> None:
+        if self.buffer:
+            lib.ggml_backend_buffer_free(self.buffer)
+            self.buffer = 0
+        if self.ctx:
+            lib.ggml_free(self.ctx)
+            self.ctx = 0
+
+
+class Graph:
+    """One built graph: its metadata context, its own allocator, its inputs and outputs.
+
+    Each Graph has its own ``gallocr``: an allocator shared between cached graphs would
+    free memory that earlier graphs still point into when it grows.
+    """
+
+    def __init__(self, backend: Backend, ctx_bytes: int, n_nodes: int = 16384):
+        self.backend = backend
+        self.ctx = new_context(ctx_bytes + lib.ggml_graph_overhead_custom(n_nodes, False))
+        self.gf = lib.ggml_new_graph_custom(self.ctx, n_nodes, False)
+        self.n_nodes = n_nodes
+        self.galloc = 0
+        self.builder = None
+        self.outputs: dict[str, Any] = {}
+
+    def build(self, fn: Callable, builder) -> None:
+        """Run ``fn(builder) -> {name: tensor}``, expand the graph and allocate it."""
+        self.builder = builder
+        outputs = fn(builder)
+        outputs = {**builder.stages, **outputs}  # stage tensors kept for dumps, if any
+        for name, t in outputs.items():
+            lib.ggml_set_output(t)
+            lib.ggml_build_forward_expand(self.gf, t)
+        self.outputs = dict(outputs)
+        if lib.ggml_graph_n_nodes(self.gf) >= self.n_nodes:
+            raise GraphError(f"graph has more than {self.n_nodes} nodes")
+        self._check_support()
+        self.galloc = lib.ggml_gallocr_new(lib.ggml_backend_get_default_buffer_type(self.backend.handle))
+        if not self.galloc or not lib.ggml_gallocr_alloc_graph(self.galloc, self.gf):
+            raise GraphError("could not allocate the graph's compute buffer")
+
+    def _check_support(self) -> None:
+        if self.backend.is_cpu:
+            return
+        for i in range(lib.ggml_graph_n_nodes(self.gf)):
+            node = lib.ggml_graph_node(self.gf, i)
+            if not self.backend.supports(node):
+                op = lib.ggml_op_desc(node).decode()
+                raise GraphError(f"backend {self.backend.name} does not support op {op}")
+
+    @property
+    def compute_bytes(self) -> int:
+        return int(lib.ggml_gallocr_get_buffer_size(self.galloc, 0)) if self.galloc else 0
+
+    def run(self, fresh_inputs: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Upload every input (``fresh_inputs`` replace stored ones by name), compute, download."""
+        fresh_inputs = fresh_inputs or {}
+        for t, array in self.builder.inputs:
+            name = lib.ggml_get_name(t).decode()
+            _ggml.upload(t, fresh_inputs.get(name, array))
+        status = lib.ggml_backend_graph_compute(self.backend.handle, self.gf)
+        if status != 0:
+            raise GraphError(f"graph compute failed with ggml status {status}")
+        return {name: _ggml.download(t) for name, t in self.outputs.items()}
+
+    def free(self) -> None:
+        if self.galloc:
+            lib.ggml_gallocr_free(self.galloc)
+            self.galloc = 0
+        if self.ctx:
+            lib.ggml_free(self.ctx)
+            self.ctx = 0

@@ -1,0 +1,108 @@
+"""The windowed causal transformer of the encoder's last block and of the RVQ pre/post modules.
+
+Pre-norm layers (RMSNorm), fused ``wqkv`` (rows ordered q | k | v), interleaved-pair RoPE
+(ggml mode 0) at positions 0..T-1, scale 1/sqrt(head_dim), LayerScale on both branches,
+SiLU-gated FFN ``w2(silu(w1 n) * w3 n)``, and a final RMSNorm. Activations are CL
+(ggml ``ne = [dim, T]``). Query q sees keys [q - window + 1, q].
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import ops
+from ._ggml import lib
+from .config import TransformerConfig
+from .ops import Builder, Tensor
+
+LAYER_TENSORS = (
+    "attention.wqkv.weight",
+    "attention.wo.weight",
+    "feed_forward.w1.weight",
+    "feed_forward.w2.weight",
+    "feed_forward.w3.weight",
+    "attention_norm.weight",
+    "ffn_norm.weight",
+    "attention_layer_scale.gamma",
+    "ffn_layer_scale.gamma",
+)
+
+
+def mask_input(g: Builder, n: int, window: int, name: str) -> Tensor | None:
+    """The attention mask input for a sequence of ``n``, or None where diag_mask_inf serves.
+
+    A sliding-window mask when window < n; otherwise plain causal masking, which is
+    ``ggml_diag_mask_inf`` except on backends without it (Metal), which get an explicit
+    causal mask. Masked scores are -1e9, as in the C++ engine.
+    """
+    if 0 < window < n:
+        g.lowerings[name] = "window-mask"
+        return g.input(name, ops.window_mask(n, n, window))
+    if g.explicit_causal_mask:
+        g.lowerings[name] = "causal-mask"
+        return g.input(name, ops.window_mask(n, n, 0))
+    g.lowerings[name] = "diag_mask_inf"
+    return None
+
+
+def positions_input(g: Builder, n: int, name: str) -> Tensor:
+    return g.input(name, np.arange(n, dtype=np.int32), ops.I32)
+
+
+def _rope(g: Builder, x: Tensor, pos: Tensor, cfg: TransformerConfig) -> Tensor:
+    return lib.ggml_rope_ext(g.ctx, x, pos, None, cfg.head_dim, 0, cfg.block_size,
+                             cfg.rope_base, 1.0, 0.0, 1.0, 0.0, 0.0)
+
+
+def _split_heads(g: Builder, qkv: Tensor, cfg: TransformerConfig, n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Views of q [hd, H, T], k and v [hd, Hkv, T] inside the fused projection."""
+    es = qkv.contents.nb[0]
+    row = qkv.contents.nb[1]
+    hd, nh, nkv = cfg.head_dim, cfg.n_head, cfg.n_kv_head
+
+    def view(heads: int, start_head: int) -> Tensor:
+        return lib.ggml_view_3d(g.ctx, qkv, hd, heads, n, hd * es, row, start_head * hd * es)
+
+    return view(nh, 0), view(nkv, nh), view(nkv, nh + nkv)
+
+
+def attention(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tensor, mask: Tensor | None) -> Tensor:
+    """Multi-head causal self-attention of CL ``x`` [dim, T]."""
+    n = ops.shape(x)[1]
+    q, k, v = _split_heads(g, ops.mul_mat(g, w["attention.wqkv.weight"], x), cfg, n)
+    q = lib.ggml_permute(g.ctx, _rope(g, q, pos, cfg), 0, 2, 1, 3)  # [hd, T, H]
+    k = lib.ggml_permute(g.ctx, _rope(g, k, pos, cfg), 0, 2, 1, 3)  # [hd, T, Hkv]
+    scores = ops.mul_mat(g, k, q)  # [T_k, T_q, H]
+    scale = 1.0 / float(np.sqrt(cfg.head_dim))
+    if mask is None:
+        scores = lib.ggml_diag_mask_inf(g.ctx, scores, 0)
+    probs = lib.ggml_soft_max_ext(g.ctx, scores, mask, scale, 0.0)
+    v_t = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, v, 1, 2, 0, 3))  # [T_k, hd, Hkv]
+    out = ops.mul_mat(g, v_t, probs)  # [hd, T_q, H]
+    out = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, out, 0, 2, 1, 3))  # [hd, H, T]
+    out = ops.reshape_2d(g, out, cfg.head_dim * cfg.n_head, n)
+    return ops.mul_mat(g, w["attention.wo.weight"], out)
+
+
+def feed_forward(g: Builder, x: Tensor, w: dict) -> Tensor:
+    gate = ops.mul_mat(g, w["feed_forward.w1.weight"], x)
+    up = ops.mul_mat(g, w["feed_forward.w3.weight"], x)
+    return ops.mul_mat(g, w["feed_forward.w2.weight"], ops.silu_mul(g, gate, up))
+
+
+def layer(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tensor, mask: Tensor | None) -> Tensor:
+    h = ops.rms_norm(g, x, w["attention_norm.weight"], cfg.norm_eps)
+    x = ops.add(g, x, ops.scale_channels(g, attention(g, h, w, cfg, pos, mask), w["attention_layer_scale.gamma"]))
+    h = ops.rms_norm(g, x, w["ffn_norm.weight"], cfg.norm_eps)
+    return ops.add(g, x, ops.scale_channels(g, feed_forward(g, h, w), w["ffn_layer_scale.gamma"]))
+
+
+def transformer(g: Builder, x: Tensor, weights, prefix: str, cfg: TransformerConfig, n_layer: int) -> Tensor:
+    """``n_layer`` layers named ``{prefix}.layers.N.*`` and ``{prefix}.norm.weight``; CL in and out."""
+    n = ops.shape(x)[1]
+    pos = positions_input(g, n, f"{prefix}.pos"[-60:])
+    mask = mask_input(g, n, cfg.window, f"{prefix}.mask"[-60:])
+    for i in range(n_layer):
+        w = {name: weights[f"{prefix}.layers.{i}.{name}"] for name in LAYER_TENSORS}
+        x = layer(g, x, w, cfg, pos, mask)
+    return ops.rms_norm(g, x, weights[f"{prefix}.norm.weight"], cfg.norm_eps)

@@ -1,0 +1,216 @@
+"""The tensor-name table and strict loading.
+
+Every tensor the configuration implies is listed here once, with its PyTorch shape and
+its role; loading checks presence, shape and type of each and refuses unexpected codec
+tensors. Roles decide how a tensor is held on the backend:
+
+* ``conv``   conv weights: F32 in "f32" mode, F16 in "s2cpp" mode (as ggml_conv_1d needs);
+* ``linear`` transformer / ConvNeXt matrices: F32 in "f32" mode, as stored in "s2cpp";
+* ``convT``  conv-transpose weights, F32, re-laid to ne [Cin, K, Cout] for one GEMM;
+* ``f32``    vectors, codebooks, depthwise kernels, VQ out_proj: F32;
+* ``host``   VQ in_proj: numpy only (the encode VQ runs on the host).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import CodecConfig, TransformerConfig
+from .errors import TensorError
+from .gguf_file import FLOAT_TYPES, ModelFile
+from .quantizer import stage_prefixes
+from .seanet import RESIDUAL_DILATIONS
+from .transformer import LAYER_TENSORS
+
+PARTS = ("all", "encode", "decode")
+ENC, DEC = frozenset({"encode"}), frozenset({"decode"})
+BOTH = ENC | DEC
+# Kernel sizes fixed in upstream code (not stated in the file).
+STEM_K, RU_K, ENC_HEAD_K, DEC_HEAD_K, DW_K, CONVNEXT_RATIO = 7, 7, 3, 7, 7, 4
+IGNORED_SUFFIXES = ("freqs_cis", "causal_mask")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str  # without the file's prefix
+    shape: tuple[int, ...]  # PyTorch order
+    role: str
+    parts: frozenset
+
+
+def _conv(specs: list, p: str, cout: int, cin: int, k: int, parts, role: str = "conv") -> None:
+    specs.append(TensorSpec(f"{p}.weight", (cout, cin, k) if role == "conv" else (cin, cout, k), role, parts))
+    specs.append(TensorSpec(f"{p}.bias", (cout,), "f32", parts))
+
+
+def _vec(specs: list, name: str, shape: tuple, parts) -> None:
+    specs.append(TensorSpec(name, shape, "f32", parts))
+
+
+def _residual_units(specs: list, p: str, first: int, c: int, parts) -> None:
+    for j in range(len(RESIDUAL_DILATIONS)):
+        q = f"{p}.block.{first + j}.block"
+        _vec(specs, f"{q}.0.alpha", (1, c, 1), parts)
+        _conv(specs, f"{q}.1.conv", c, c, RU_K, parts)
+        _vec(specs, f"{q}.2.alpha", (1, c, 1), parts)
+        _conv(specs, f"{q}.3.conv", c, c, 1, parts)
+
+
+def _transformer(specs: list, p: str, tc: TransformerConfig, n_layer: int, ffn: int, parts) -> None:
+    qkv = (tc.n_head + 2 * tc.n_kv_head) * tc.head_dim
+    shapes = {
+        "attention.wqkv.weight": (qkv, tc.dim), "attention.wo.weight": (tc.dim, tc.n_head * tc.head_dim),
+        "feed_forward.w1.weight": (ffn, tc.dim), "feed_forward.w2.weight": (tc.dim, ffn),
+        "feed_forward.w3.weight": (ffn, tc.dim),
+    }
+    for i in range(n_layer):
+        for name in LAYER_TENSORS:
+            shape = shapes.get(name, (tc.dim,))
+            specs.append(TensorSpec(f"{p}.layers.{i}.{name}", shape, "linear" if name in shapes else "f32", parts))
+    _vec(specs, f"{p}.norm.weight", (tc.dim,), parts)
+
+
+def _convnext(specs: list, p: str, d: int, parts) -> None:
+    specs.append(TensorSpec(f"{p}.dwconv.conv.weight", (d, 1, DW_K), "f32", parts))
+    _vec(specs, f"{p}.dwconv.conv.bias", (d,), parts)
+    _vec(specs, f"{p}.norm.weight", (d,), parts)
+    _vec(specs, f"{p}.norm.bias", (d,), parts)
+    h = CONVNEXT_RATIO * d
+    specs.append(TensorSpec(f"{p}.pwconv1.weight", (h, d), "linear", parts))
+    _vec(specs, f"{p}.pwconv1.bias", (h,), parts)
+    specs.append(TensorSpec(f"{p}.pwconv2.weight", (d, h), "linear", parts))
+    _vec(specs, f"{p}.pwconv2.bias", (d,), parts)
+    _vec(specs, f"{p}.gamma", (d,), parts)
+
+
+def _encoder(specs: list, cfg: CodecConfig, ffn) -> None:
+    ch, n = cfg.encoder.channels, len(cfg.encoder.rates)
+    _conv(specs, "encoder.block.0.conv", ch[0], 1, STEM_K, ENC)
+    for i, rate in enumerate(cfg.encoder.rates):
+        p, half = f"encoder.block.{i + 1}", ch[i]
+        _residual_units(specs, p, 0, half, ENC)
+        _vec(specs, f"{p}.block.3.alpha", (1, half, 1), ENC)
+        _conv(specs, f"{p}.block.4.conv", ch[i + 1], half, 2 * rate, ENC)
+        layers = cfg.encoder.transformer_layers[i]
+        if layers:
+            _transformer(specs, f"{p}.block.5", cfg.encoder_transformer, layers, ffn(f"{p}.block.5"), ENC)
+    _vec(specs, f"encoder.block.{n + 1}.alpha", (1, ch[-1], 1), ENC)
+    _conv(specs, f"encoder.block.{n + 2}.conv", ch[-1], ch[-1], ENC_HEAD_K, ENC)
+
+
+def _quantizer(specs: list, cfg: CodecConfig, ffn) -> None:
+    q, d = cfg.quantizer, cfg.quantizer.input_dim
+    for i, f in enumerate(q.downsample):
+        _conv(specs, f"quantizer.downsample.{i}.0.conv", d, d, f, ENC)
+        _convnext(specs, f"quantizer.downsample.{i}.1", d, ENC)
+    for i, f in enumerate(reversed(q.downsample)):
+        _conv(specs, f"quantizer.upsample.{i}.0.conv", d, d, f, DEC, role="convT")
+        _convnext(specs, f"quantizer.upsample.{i}.1", d, DEC)
+    rvq = cfg.rvq_transformer
+    _transformer(specs, "quantizer.pre_module", rvq, rvq.n_layer, ffn("quantizer.pre_module"), ENC)
+    _transformer(specs, "quantizer.post_module", rvq, rvq.n_layer, ffn("quantizer.post_module"), DEC)
+    for p, size in zip(stage_prefixes(q.n_residual), q.codebook_sizes):
+        specs.append(TensorSpec(f"{p}.in_proj.weight", (q.codebook_dim, d, 1), "host", ENC))
+        specs.append(TensorSpec(f"{p}.in_proj.bias", (q.codebook_dim,), "host", ENC))
+        specs.append(TensorSpec(f"{p}.out_proj.weight", (d, q.codebook_dim, 1), "f32", BOTH))
+        _vec(specs, f"{p}.out_proj.bias", (d,), BOTH)
+        _vec(specs, f"{p}.codebook.weight", (size, q.codebook_dim), BOTH)
+
+
+def _decoder(specs: list, cfg: CodecConfig) -> None:
+    ch, n = cfg.decoder.channels, len(cfg.decoder.rates)
+    _conv(specs, "decoder.model.0.conv", ch[0], cfg.quantizer.input_dim, STEM_K, DEC)
+    for i, rate in enumerate(cfg.decoder.rates):
+        p = f"decoder.model.{i + 1}"
+        _vec(specs, f"{p}.block.0.alpha", (1, ch[i], 1), DEC)
+        _conv(specs, f"{p}.block.1.conv", ch[i + 1], ch[i], 2 * rate, DEC, role="convT")
+        _residual_units(specs, p, 2, ch[i + 1], DEC)
+    _vec(specs, f"decoder.model.{n + 1}.alpha", (1, ch[-1], 1), DEC)
+    _conv(specs, f"decoder.model.{n + 2}.conv", 1, ch[-1], DEC_HEAD_K, DEC)
+
+
+def expected_tensors(cfg: CodecConfig, ffn_dim=lambda prefix: None) -> list[TensorSpec]:
+    """Every tensor ``cfg`` implies. ``ffn_dim(prefix)`` gives a transformer's FFN width
+    (not stated in the metadata; read from the file's w1), defaulting to 3 * dim."""
+
+    def ffn(prefix: str) -> int:
+        width = ffn_dim(prefix)
+        return width if width else 3 * (cfg.encoder_transformer.dim if prefix.startswith("encoder") else cfg.rvq_transformer.dim)
+
+    specs: list[TensorSpec] = []
+    _encoder(specs, cfg, ffn)
+    _quantizer(specs, cfg, ffn)
+    _decoder(specs, cfg)
+    return specs
+
+
+# --------------------------------------------------------------------------- checking
+
+
+def _strip_leading_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
+    while len(shape) > 1 and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
+def _shape_matches(file_shape: tuple[int, ...], spec: TensorSpec) -> bool:
+    if file_shape == spec.shape:
+        return True
+    # VQ out_proj may be stored 4-D with a leading 1.
+    return spec.name.endswith("out_proj.weight") and _strip_leading_ones(file_shape) == spec.shape
+
+
+def check_tensors(mf: ModelFile, specs: list[TensorSpec], prefix: str) -> None:
+    """Raise TensorError for the first missing, mis-shaped, mistyped or unexpected tensor."""
+    wanted = {prefix + s.name for s in specs}
+    for s in specs:
+        info = mf.tensors.get(prefix + s.name)
+        if info is None:
+            raise TensorError(f"{mf.source}: missing tensor {prefix + s.name} (expected shape {list(s.shape)})")
+        if info.ggml_type not in FLOAT_TYPES:
+            raise TensorError(f"{mf.source}: tensor {info.name} has unsupported {info.type_name}; F32 or F16 expected")
+        if not _shape_matches(info.shape, s):
+            raise TensorError(
+                f"{mf.source}: tensor {info.name} has shape {list(info.shape)}, expected {list(s.shape)}"
+            )
+    for name in mf.tensors:
+        if name.startswith(prefix) and name not in wanted and not name.endswith(IGNORED_SUFFIXES):
+            raise TensorError(f"{mf.source}: unexpected codec tensor {name} (not implied by the metadata)")
+
+
+def host_array(mf: ModelFile, prefix: str, spec: TensorSpec) -> np.ndarray:
+    """The tensor's data as float32 numpy in PyTorch shape."""
+    info = mf.tensors[prefix + spec.name]
+    return np.asarray(info.data).reshape(spec.shape).astype(np.float32)
+
+
+def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, precision: str) -> np.ndarray:
+    """The tensor as it is held on the backend (dtype and layout per role), numpy order."""
+    info = mf.tensors[prefix + spec.name]
+    data = np.asarray(info.data).reshape(spec.shape)
+    if spec.role == "convT":  # (Cin, Cout, K) -> (Cout, K, Cin): ne [Cin, K, Cout]
+        return np.ascontiguousarray(data.astype(np.float32).transpose(1, 2, 0))
+    if spec.role == "conv":
+        return data.astype(np.float16 if precision == "s2cpp" else np.float32)
+    if spec.role == "linear":
+        return data if precision == "s2cpp" else data.astype(np.float32)
+    return data.astype(np.float32)
+
+
+def backend_layout(spec: TensorSpec, file_type: int, precision: str) -> tuple[int, tuple[int, ...]]:
+    """(ggml type, numpy shape) of the tensor as ``backend_array`` makes it, without reading data."""
+    if spec.role == "convT":
+        cin, cout, k = spec.shape
+        return 0, (cout, k, cin)
+    f16 = (spec.role == "conv" and precision == "s2cpp") or (spec.role == "linear" and precision == "s2cpp" and file_type == 1)
+    return (1 if f16 else 0), spec.shape
+
+
+def ffn_width_reader(mf: ModelFile, prefix: str):
+    def ffn(p: str) -> int | None:
+        info = mf.tensors.get(f"{prefix}{p}.layers.0.feed_forward.w1.weight")
+        return info.shape[0] if info is not None and len(info.shape) == 2 else None
+
+    return ffn
