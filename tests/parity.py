@@ -1,0 +1,42 @@
+"""Error metrics shared by the parity tests; each test states its metric and tolerance."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def rel_rms(got: np.ndarray, want: np.ndarray) -> float:
+    """sqrt(mean((got - want)^2) / mean(want^2))."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    return float(np.sqrt(np.mean((got - want) ** 2) / max(np.mean(want**2), 1e-30)))
+
+
+def max_abs(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.max(np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64))))
+
+
+def report(label: str, got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
+    r, m = rel_rms(got, want), max_abs(got, want)
+    print(f"{label}: rel RMS {r:.3e}, max abs {m:.3e}")
+    return r, m
+
+
+def random_codes(sizes, n_frames: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.integers(0, s, n_frames) for s in sizes]).astype(np.int64)
+
+
+def signal(n: int, seed: int) -> np.ndarray:
+    """Noise plus two tones, amplitude well inside [-1, 1]."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n) / 44100.0
+    x = 0.2 * rng.standard_normal(n) + 0.3 * np.sin(2 * np.pi * 220 * t) + 0.1 * np.sin(2 * np.pi * 3000 * t)
+    return x.astype(np.float32)
+
+
+def code_agreement(got: np.ndarray, want: np.ndarray, margins: np.ndarray, threshold: float = 1e-4):
+    """(fraction equal where the reference margin > threshold, near-tie count, overall fraction)."""
+    clear = margins > threshold
+    eq = got == want
+    return float(eq[clear].mean()) if clear.any() else 1.0, int((~clear).sum()), float(eq.mean())

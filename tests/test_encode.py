@@ -1,0 +1,132 @@
+"""Encode parity against the upstream PyTorch codec (float32 RoPE tables), and encode's contracts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import oracle
+import pyggml_codec
+from parity import code_agreement, rel_rms, report, signal
+from pyggml_codec import InputError
+
+# Latent and pre_module output in f32 mode: float32 rounding only (~1e-6 measured).
+F32_REL_RMS = 1e-5
+# s2cpp mode rounds every conv input to F16; ~1e-3 measured at tiny size.
+S2CPP_REL_RMS = 5e-3
+TIE = 1e-4  # codes are compared exactly where the oracle's top-2 cosine margin exceeds this
+
+# (seconds, extra samples): 7 s exceeds the 512-latent-frame encoder window; 3.3 s + 1234
+# samples is not a multiple of 2048 and makes ceil(n / 512) not a multiple of 4.
+LENGTHS = [(1, 0), (7, 0), (10, 0), (3, 1234)]
+
+
+def _n(seconds, extra):
+    return seconds * 44100 + extra
+
+
+@pytest.fixture(scope="module")
+def f32_codec(tiny_model):
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", precision="f32") as c:
+        yield c
+
+
+def _check(label, codec, model, x, pad_to, tol):
+    multiple = 2048 if pad_to == "code_frame" else 512
+    result = codec.encode(x, pad_to=pad_to, return_stages=True)
+    lat = oracle.latent(model, x, multiple)
+    pre = oracle.pre_module_output(model, x, multiple)
+    margins, want = oracle.margins_and_codes(model, x, multiple)
+    r_lat, _ = report(f"{label} latent", result.stages["latent"], lat)
+    r_pre, _ = report(f"{label} pre_module", result.stages["pre_module"].T, pre)
+    clear, ties, overall = code_agreement(result.codes, want, margins, TIE)
+    print(f"{label} codes: {clear:.2%} equal on clear frames, {ties} near-ties, {overall:.2%} overall")
+    assert result.codes.shape == (codec.config.n_codebooks, -(-x.shape[0] // 2048))
+    return r_lat, r_pre, clear
+
+
+@pytest.mark.parametrize("seconds,extra", LENGTHS)
+@pytest.mark.parametrize("pad_to", ["code_frame", "frame_length"])
+def test_encode_matches_oracle_tiny_f32(tiny_model, f32_codec, seconds, extra, pad_to):
+    x = signal(_n(seconds, extra), seed=seconds)
+    r_lat, r_pre, clear = _check(f"tiny {seconds}s+{extra} {pad_to} f32", f32_codec, tiny_model.model, x, pad_to,
+                                 F32_REL_RMS)
+    assert r_lat <= F32_REL_RMS and r_pre <= F32_REL_RMS
+    assert clear == 1.0
+
+
+def test_encode_matches_oracle_tiny_s2cpp(tiny_model):
+    x = signal(_n(3, 1234), seed=5)
+    with pyggml_codec.load(tiny_model.f16_path, backend="cpu", precision="s2cpp") as codec:
+        r_lat, r_pre, clear = _check("tiny s2cpp/F16", codec, tiny_model.model, x, "code_frame", S2CPP_REL_RMS)
+    assert r_lat <= S2CPP_REL_RMS and r_pre <= S2CPP_REL_RMS
+    assert clear >= 0.9  # F16 rounding moves scores by ~1e-3, beyond the tie threshold
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seconds", [1, 10])
+def test_encode_matches_oracle_full(full_model, seconds):
+    x = signal(_n(seconds, 0), seed=seconds)
+    with pyggml_codec.load(full_model.f32_path, backend="cpu", precision="f32", n_threads=2) as codec:
+        r_lat, r_pre, clear = _check(f"full {seconds}s f32", codec, full_model.model, x, "code_frame", F32_REL_RMS)
+    assert r_lat <= F32_REL_RMS and r_pre <= F32_REL_RMS
+    assert clear == 1.0
+
+
+def test_padding_policies_differ_only_in_last_frame(f32_codec):
+    x = signal(_n(3, 1234), seed=6)  # ceil(n/512) = 261, not a multiple of 4
+    a = f32_codec.encode(x, pad_to="code_frame")
+    b = f32_codec.encode(x, pad_to="frame_length")
+    np.testing.assert_array_equal(a[:, :-1], b[:, :-1])
+    assert not np.array_equal(a[:, -1], b[:, -1])
+
+
+def test_round_trip_matches_oracle(tiny_model, f32_codec):
+    x = signal(_n(2, 0), seed=7)
+    got = f32_codec.decode(f32_codec.encode(x))
+    want = oracle.decode(tiny_model.model, oracle.encode(tiny_model.model, x))
+    rel, _ = report("tiny round trip", got, want)
+    assert rel <= F32_REL_RMS
+
+
+def test_causality_prefix_codes(f32_codec):
+    x = signal(_n(4, 0), seed=8)
+    whole = f32_codec.encode(x)
+    t = 20
+    prefix = f32_codec.encode(x[: t * 2048])
+    np.testing.assert_array_equal(prefix, whole[:, :t])
+
+
+def test_margins_returned(f32_codec):
+    x = signal(8192, seed=9)
+    codes, margins = f32_codec.encode(x, return_margins=True)
+    assert margins.shape == codes.shape and np.all(margins >= 0)
+
+
+def test_input_forms(f32_codec):
+    x = signal(6000, seed=10)
+    ref = f32_codec.encode(x)
+    np.testing.assert_array_equal(f32_codec.encode(x.astype(np.float64)), ref)
+    np.testing.assert_array_equal(f32_codec.encode(x[None, :]), ref)
+    pcm = np.round(x * 32767).astype(np.int16)
+    assert rel_rms(f32_codec.decode(f32_codec.encode(pcm)), f32_codec.decode(ref)) < 0.5
+    stereo = np.stack([x, x])
+    np.testing.assert_array_equal(f32_codec.encode(stereo, mix="mean"), ref)
+    with pytest.raises(InputError, match="channels"):
+        f32_codec.encode(stereo)
+
+
+@pytest.mark.parametrize(
+    "bad,kwargs,match",
+    [
+        (np.zeros(0, np.float32), {}, "empty"),
+        (np.array([0.0, np.nan], np.float32), {}, "NaN"),
+        (np.array([0.0, np.inf], np.float32), {}, "NaN or Inf"),
+        (np.zeros(100, np.int32), {}, "dtype"),
+        (np.zeros((1, 1, 100), np.float32), {}, "shape"),
+        (np.zeros(100, np.float32), {"sample_rate": 16000}, "sample rate"),
+    ],
+)
+def test_bad_audio_rejected(f32_codec, bad, kwargs, match):
+    with pytest.raises(InputError, match=match):
+        f32_codec.encode(bad, **kwargs)
