@@ -8,8 +8,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
-from typing import Any
+from typing import Any, Mapping
 
 from .codec import Codec, EncodeResult
 from .config import CodecConfig
@@ -45,6 +46,7 @@ def load(
     parts: str = "all",
     strict_backend: bool = False,
     decode_path: str = "auto",
+    host_tensors: Mapping[str, Any] | None = None,
 ) -> Codec:
     """Load an S2 codec from a GGUF file onto a ggml backend.
 
@@ -58,15 +60,25 @@ def load(
     for comparisons) or "s2cpp" (F16 conv inputs and weights, as the C++ engine computes;
     half the weight memory of an F16 file). ``parts``: "all", "encode" or "decode" (only
     the tensors that direction needs). ``n_threads`` defaults to the usable cores.
+
+    Embedding (sharing with a host application that already holds the model):
+    ``host_tensors`` maps file tensor names (e.g. ``"c.decoder.model.0.conv.weight"``) to
+    ggml tensors the host allocated on ``backend``; each whose type and shape match what
+    this codec needs is used in place, the rest are copied into the codec's own buffer
+    (``codec.shared_tensors`` lists the shared ones). Ownership: the codec frees only what
+    it created (its graphs, its weight buffer, a backend it started); the host's backend,
+    buffers and tensors must outlive ``codec.close()`` and are never freed by it.
     """
     if precision not in ("f32", "s2cpp"):
         raise ValueError(f"precision must be 'f32' or 's2cpp', got {precision!r}")
     if n_threads is not None and int(n_threads) < 1:
         raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+    if isinstance(backend, ctypes.c_void_p):
+        backend = backend.value or 0
     if isinstance(backend, int) and not isinstance(backend, bool):
         handle = Backend.wrap(backend)
     else:
         handle = start_backend(str(backend), device, strict_backend)
     handle.set_threads(n_threads or default_threads())
-    model = load_model(source, handle, parts, precision)
+    model = load_model(source, handle, parts, precision, host_tensors)
     return Codec(model, precision, decode_path)

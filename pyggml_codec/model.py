@@ -1,7 +1,8 @@
 """Loading a model file onto a backend: configuration, strict tensor checks, one weight buffer.
 
 Ownership: a :class:`LoadedModel` frees the weight buffer it allocated and the backend it
-started; a backend handed in by the host (``backend=<handle>``) is never freed here.
+started, in that order; a backend handed in by the host (``backend=<handle>``) and tensors
+the host allocated (``host_tensors``) are never freed here, and must outlive the codec.
 """
 
 from __future__ import annotations
@@ -9,11 +10,11 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
-from . import _ggml
+from . import _ggml, ops
 from .config import CodecConfig
 from .errors import ModelFileError
 from .gguf_file import ModelFile
@@ -34,7 +35,8 @@ class LoadedModel:
     weights: dict[str, Any] = field(default_factory=dict)  # name -> ggml tensor
     vq_stages: list[VQStage] = field(default_factory=list)
     buffer: WeightBuffer | None = None
-    loaded_bytes: int = 0
+    loaded_bytes: int = 0  # bytes of the weight buffer this codec allocated
+    shared: set[str] = field(default_factory=set)  # tensors used in place from the host
     closed: bool = False
 
     def close(self) -> None:
@@ -67,8 +69,15 @@ def codec_prefix(mf: ModelFile) -> str:
     return prefix
 
 
-def load_model(source: Any, backend: Backend, parts: str, precision: str) -> LoadedModel:
-    """Read, check and upload the tensors ``parts`` needs. Frees the backend on failure."""
+def load_model(source: Any, backend: Backend, parts: str, precision: str,
+               host_tensors: Mapping[str, Any] | None = None) -> LoadedModel:
+    """Read, check and upload the tensors ``parts`` needs. Frees what it made on failure.
+
+    ``host_tensors`` maps file tensor names (with the file's prefix) to ggml tensors the
+    host already holds on ``backend``; those whose type and shape are what this codec
+    would create are used in place (never freed here), the others are copied.
+    """
+    model = None
     try:
         if parts not in PARTS:
             raise ValueError(f"parts must be one of {PARTS}, got {parts!r}")
@@ -78,29 +87,50 @@ def load_model(source: Any, backend: Backend, parts: str, precision: str) -> Loa
         specs = expected_tensors(config, ffn_width_reader(mf, prefix))
         check_tensors(mf, specs, prefix)
         model = LoadedModel(config=config, backend=backend, parts=parts, source=mf.source)
-        wanted = [s for s in specs if parts == "all" or parts in s.parts]
-        _upload(model, mf, prefix, [s for s in wanted if s.role != "host"], precision)
+        wanted = [s for s in specs if (parts == "all" or parts in s.parts) and s.role != "host"]
+        _upload(model, mf, prefix, wanted, precision, host_tensors or {})
         if parts in ("all", "encode"):
             model.vq_stages = _vq_stages(mf, prefix, specs, config)
-        log.info("loaded %s: %d tensors, %.1f MB on %s (parts=%s, precision=%s)", mf.source, len(model.weights),
-                 model.loaded_bytes / 1e6, backend.name, parts, precision)
+        log.info("loaded %s: %d tensors (%d shared with the host), %.1f MB on %s (parts=%s, precision=%s)",
+                 mf.source, len(model.weights), len(model.shared), model.loaded_bytes / 1e6, backend.name, parts,
+                 precision)
         return model
     except BaseException:
+        if model is not None and model.buffer is not None:
+            model.buffer.free()
         backend.free()
         raise
 
 
-def _upload(model: LoadedModel, mf: ModelFile, prefix: str, specs: list[TensorSpec], precision: str) -> None:
-    """Create every tensor, allocate one buffer, then convert and upload one tensor at a time."""
-    buf = WeightBuffer(model.backend, len(specs))
-    model.buffer = buf
+def _usable_in_place(tensor: Any, ggml_type: int, shape: tuple[int, ...]) -> bool:
+    want = tuple(reversed(shape)) + (1,) * (4 - len(shape))
+    return (_ggml.tensor_type(tensor) == ggml_type and ops.shape(tensor) == want
+            and bool(_ggml.lib.ggml_is_contiguous(tensor)) and bool(tensor.contents.buffer))
+
+
+def _upload(model: LoadedModel, mf: ModelFile, prefix: str, specs: list[TensorSpec], precision: str,
+            host_tensors: Mapping[str, Any]) -> None:
+    """Create every tensor not shared with the host, allocate one buffer, then convert and
+    upload one tensor at a time."""
+    own = []
     for s in specs:
         ggml_type, shape = backend_layout(s, mf.tensors[prefix + s.name].ggml_type, precision)
+        host = host_tensors.get(prefix + s.name)
+        if host is not None and _usable_in_place(host, ggml_type, shape):
+            model.weights[s.name] = host
+            model.shared.add(s.name)
+        else:
+            own.append((s, ggml_type, shape))
+    if not own:
+        return
+    buf = WeightBuffer(model.backend, len(own))
+    model.buffer = buf
+    for s, ggml_type, shape in own:
         t = buf.new_tensor(ggml_type, tuple(reversed(shape)))
         _ggml.set_name(t, f"w{len(model.weights)}")  # checkpoint names can exceed ggml's 63 bytes
         model.weights[s.name] = t
     model.loaded_bytes = buf.allocate()
-    for s in specs:
+    for s, _, _ in own:
         _ggml.upload(model.weights[s.name], backend_array(mf, prefix, s, precision))
 
 

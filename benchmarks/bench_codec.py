@@ -1,0 +1,208 @@
+"""Side-by-side speed of pyggml_codec and the upstream PyTorch codec, same cores, same run.
+
+    python benchmarks/bench_codec.py                 # full S2 size, 1 s and 10 s, 1 and 2 threads
+    python benchmarks/bench_codec.py --quick         # 1 s only, 2 threads, one precision
+    python benchmarks/bench_codec.py --seconds 1 10 60
+
+Builds the full-size random-weight model once (upstream classes from the oracle wheels,
+converted with this project's converter to F32 and F16 files), then runs the oracle and
+this library ALTERNATELY on identical inputs after a warm-up, several repetitions each,
+and reports medians and the ratio oracle_time / our_time per row (> 1 means faster than
+PyTorch). Peak RSS is measured per engine in a child process. Writes JSON and a markdown
+table to --out. Needs the test extra (torch, einops) and PYGGML_ORACLE_WHEELS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, nargs="+", default=[1, 10])
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--dtypes", nargs="+", default=["f32", "f16"], choices=["f32", "f16"])
+    p.add_argument("--precisions", nargs="+", default=["f32", "s2cpp"], choices=["f32", "s2cpp"])
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--out", type=Path, default=Path("bench_out"))
+    p.add_argument("--quick", action="store_true", help="1 s, 2 threads, f16 file, s2cpp and f32")
+    p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child processes")
+    p.add_argument("--rss-child", nargs=4, metavar=("ENGINE", "MODEL", "SECONDS", "MODE"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.seconds, args.threads, args.dtypes, args.reps = [1], [2], ["f16"], 2
+    return args
+
+
+def build_models(tmp: Path):
+    import models
+    import oracle
+
+    t0 = time.perf_counter()
+    model = oracle.build_model(oracle.FULL, seed=0)
+    paths = {d: models.make_gguf(model, tmp / f"s2_full_{d}.gguf", d) for d in ("f32", "f16")}
+    print(f"built full-size model and GGUF files in {time.perf_counter() - t0:.1f} s", flush=True)
+    return model, paths
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def alternate(ours, theirs, reps: int) -> tuple[float, float]:
+    """Median seconds of each, run alternately after one warm-up of each."""
+    ours(), theirs()
+    a, b = [], []
+    for _ in range(reps):
+        a.append(timed(ours))
+        b.append(timed(theirs))
+    return statistics.median(a), statistics.median(b)
+
+
+def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int) -> list[dict]:
+    import oracle
+    import torch
+    from parity import random_codes, signal
+
+    torch.set_num_threads(torch_threads)
+    n = int(seconds * 44100)
+    x = signal(n, seed=1)
+    codes = random_codes(codec.config.quantizer.codebook_sizes, -(-n // 2048), seed=2)
+    rows = []
+    for task, ours, theirs in (
+        ("decode", lambda: codec.decode(codes), lambda: oracle.decode(model, codes)),
+        ("encode", lambda: codec.encode(x), lambda: oracle.encode(model, x)),
+    ):
+        codec.clear_cache()
+        cold = timed(ours)
+        t_ours, t_theirs = alternate(ours, theirs, reps)
+        rows.append(dict(task=task, seconds=seconds, ours_s=t_ours, oracle_s=t_theirs, ratio=t_theirs / t_ours,
+                         cold_s=cold, build_s=max(cold - t_ours, 0.0)))
+    if codec.backend_name != "cpu" or True:
+        codec.clear_cache()
+        t_fused, _ = alternate(lambda: codec.decode(codes, decode_path="fused"), lambda: None, reps)
+        rows.append(dict(task="decode-fused", seconds=seconds, ours_s=t_fused,
+                         oracle_s=rows[0]["oracle_s"], ratio=rows[0]["oracle_s"] / t_fused))
+    rows += bench_streaming(codec, codes, seconds, reps)
+    return rows
+
+
+def bench_streaming(codec, codes, seconds: float, reps: int) -> list[dict]:
+    if not hasattr(codec, "stream_decoder") or seconds < 2:
+        return []
+    one_shot = statistics.median(timed(lambda: codec.decode(codes)) for _ in range(reps))
+    per_frame_one_shot = one_shot / codes.shape[1]
+    rows = []
+    for chunk in (1, 4, 16):
+        def run():
+            with codec.stream_decoder() as sd:
+                for i in range(0, codes.shape[1], chunk):
+                    sd.push(codes[:, i:i + chunk])
+        run()
+        t = statistics.median(timed(run) for _ in range(max(1, reps - 1)))
+        rows.append(dict(task=f"stream-chunk{chunk}", seconds=seconds, ours_s=t, per_frame_s=t / codes.shape[1],
+                         cost_vs_one_shot=(t / codes.shape[1]) / per_frame_one_shot))
+    return rows
+
+
+def rss_child(engine: str, model_path: str, seconds: float, mode: str) -> None:
+    """Runs in a child: one engine, one task; prints peak RSS in MB as JSON."""
+    from parity import random_codes, signal
+
+    n = int(seconds * 44100)
+    if engine == "ours":
+        import pyggml_codec
+
+        parts = "decode" if mode == "decode" else "all"
+        with pyggml_codec.load(model_path, backend="cpu", n_threads=2, precision="s2cpp", parts=parts) as c:
+            codes = random_codes(c.config.quantizer.codebook_sizes, -(-n // 2048), seed=2)
+            c.decode(codes) if mode == "decode" else c.encode(signal(n, seed=1))
+    else:
+        import oracle
+        import torch
+
+        torch.set_num_threads(2)
+        model = oracle.build_model(oracle.FULL, seed=0)
+        codes = random_codes((4096,) + (1024,) * 9, -(-n // 2048), seed=2)
+        oracle.decode(model, codes) if mode == "decode" else oracle.encode(model, signal(n, seed=1))
+    print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def measure_rss(engine: str, model_path: Path, seconds: float, mode: str) -> float:
+    out = subprocess.run([sys.executable, __file__, "--rss-child", engine, str(model_path), str(seconds), mode],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mb"]
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| file | precision | threads | task | audio s | ours s | PyTorch s | speed-up | build s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "ratio" not in r:
+            continue
+        lines.append(f"| {r['dtype']} | {r['precision']} | {r['threads']} | {r['task']} | {r['seconds']:g} | "
+                     f"{r['ours_s']:.3f} | {r['oracle_s']:.3f} | {r['ratio']:.2f}x | {r.get('build_s', 0):.3f} |")
+    stream = [r for r in rows if "cost_vs_one_shot" in r]
+    if stream:
+        lines += ["", "| file | precision | threads | streaming | audio s | ms per frame | vs one-shot per frame |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in stream:
+            lines.append(f"| {r['dtype']} | {r['precision']} | {r['threads']} | {r['task']} | {r['seconds']:g} | "
+                         f"{1000 * r['per_frame_s']:.2f} | {r['cost_vs_one_shot']:.2f}x |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.rss_child:
+        engine, path, seconds, mode = args.rss_child
+        rss_child(engine, path, float(seconds), mode)
+        return 0
+    import pyggml_codec
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model, paths = build_models(Path(tmp))
+        for dtype in args.dtypes:
+            for precision in args.precisions:
+                for threads in args.threads:
+                    with pyggml_codec.load(paths[dtype], backend="cpu", precision=precision, n_threads=threads) as c:
+                        for seconds in args.seconds:
+                            for r in bench_pair(c, model, seconds, args.reps, threads):
+                                rows.append(dict(r, dtype=dtype, precision=precision, threads=threads))
+                                print(json.dumps(rows[-1]), flush=True)
+        rss = {}
+        if not args.no_rss:
+            for engine in ("ours", "oracle"):
+                for mode in ("decode", "encode"):
+                    rss[f"{engine}-{mode}-10s"] = measure_rss(engine, paths["f16"], 10.0, mode)
+                    print(f"peak RSS {engine} {mode} 10 s: {rss[f'{engine}-{mode}-10s']:.0f} MB", flush=True)
+    machine = f"{os.cpu_count()} cores, {os.uname().machine}, llamafile={pyggml_codec._ggml.has_llamafile()}"
+    report = {"machine": machine, "rows": rows, "peak_rss_mb": rss}
+    (args.out / "bench.json").write_text(json.dumps(report, indent=2))
+    md = f"Machine: {machine}\n\n{table(rows)}\n\nPeak RSS (MB, 10 s, F16 file; ours decode-only s2cpp): {json.dumps(rss)}\n"
+    (args.out / "bench.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
