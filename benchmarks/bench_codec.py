@@ -25,9 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
+WINDOWED_STRIDES: list[int] = []  # set by --windowed: re-decoding windows is 19-145x a decode
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE.parent))
 
@@ -42,8 +42,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("bench_out"))
     p.add_argument("--quick", action="store_true", help="1 s, 2 threads, f16 file, s2cpp and f32")
     p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child processes")
+    p.add_argument("--windowed", type=int, nargs="*", default=None, metavar="STRIDE",
+                   help="also time the C++ engine's windowed decode at these strides (default 4 16)")
     p.add_argument("--rss-child", nargs=4, metavar=("ENGINE", "MODEL", "SECONDS", "MODE"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.windowed is not None:
+        WINDOWED_STRIDES[:] = args.windowed or [4, 16]
     if args.quick:
         args.seconds, args.threads, args.dtypes, args.reps = [1], [2], ["f16"], 2
     return args
@@ -93,9 +97,11 @@ def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int) -> l
         codec.clear_cache()
         cold = timed(ours)
         t_ours, t_theirs = alternate(ours, theirs, reps)
+        wall = timed(ours)
+        overhead = max(wall - codec.last_compute_s, 0.0) / wall
         rows.append(dict(task=task, seconds=seconds, ours_s=t_ours, oracle_s=t_theirs, ratio=t_theirs / t_ours,
-                         cold_s=cold, build_s=max(cold - t_ours, 0.0)))
-    if codec.backend_name != "cpu" or True:
+                         cold_s=cold, build_s=max(cold - t_ours, 0.0), python_overhead=overhead))
+    if seconds <= 10:  # the fused path (what GPU backends run), forced on the CPU
         codec.clear_cache()
         t_fused, _ = alternate(lambda: codec.decode(codes, decode_path="fused"), lambda: None, reps)
         rows.append(dict(task="decode-fused", seconds=seconds, ours_s=t_fused,
@@ -119,6 +125,10 @@ def bench_streaming(codec, codes, seconds: float, reps: int) -> list[dict]:
         t = statistics.median(timed(run) for _ in range(max(1, reps - 1)))
         rows.append(dict(task=f"stream-chunk{chunk}", seconds=seconds, ours_s=t, per_frame_s=t / codes.shape[1],
                          cost_vs_one_shot=(t / codes.shape[1]) / per_frame_one_shot))
+    for stride in WINDOWED_STRIDES:  # the C++ engine's re-decoded windows (--windowed)
+        t = timed(lambda: codec.decode_windowed(codes, stride=stride))
+        rows.append(dict(task=f"windowed-stride{stride}", seconds=seconds, ours_s=t, per_frame_s=t / codes.shape[1],
+                         cost_vs_one_shot=(t / codes.shape[1]) / per_frame_one_shot))
     return rows
 
 
@@ -133,7 +143,12 @@ def rss_child(engine: str, model_path: str, seconds: float, mode: str) -> None:
         parts = "decode" if mode == "decode" else "all"
         with pyggml_codec.load(model_path, backend="cpu", n_threads=2, precision="s2cpp", parts=parts) as c:
             codes = random_codes(c.config.quantizer.codebook_sizes, -(-n // 2048), seed=2)
-            c.decode(codes) if mode == "decode" else c.encode(signal(n, seed=1))
+            if mode == "decode":
+                c.decode(codes)
+            elif mode == "encode":
+                c.encode(signal(n, seed=1))
+            else:
+                c.encode_chunked(signal(n, seed=1))
     else:
         import oracle
         import torch
@@ -151,14 +166,17 @@ def measure_rss(engine: str, model_path: Path, seconds: float, mode: str) -> flo
     return json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mb"]
 
 
+def _row(r: dict) -> str:
+    extra = f"{r['build_s']:.3f}" if "build_s" in r else ""
+    share = f"{100 * r['python_overhead']:.1f} %" if "python_overhead" in r else ""
+    return (f"| {r['dtype']} | {r['precision']} | {r['threads']} | {r['task']} | {r['seconds']:g} | "
+            f"{r['ours_s']:.3f} | {r['oracle_s']:.3f} | {r['ratio']:.2f}x | {extra} | {share} |")
+
+
 def table(rows: list[dict]) -> str:
-    lines = ["| file | precision | threads | task | audio s | ours s | PyTorch s | speed-up | build s |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        if "ratio" not in r:
-            continue
-        lines.append(f"| {r['dtype']} | {r['precision']} | {r['threads']} | {r['task']} | {r['seconds']:g} | "
-                     f"{r['ours_s']:.3f} | {r['oracle_s']:.3f} | {r['ratio']:.2f}x | {r.get('build_s', 0):.3f} |")
+    lines = ["| file | precision | threads | task | audio s | ours s | PyTorch s | speed-up | first-call extra s "
+             "| Python share |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [_row(r) for r in rows if "ratio" in r]
     stream = [r for r in rows if "cost_vs_one_shot" in r]
     if stream:
         lines += ["", "| file | precision | threads | streaming | audio s | ms per frame | vs one-shot per frame |",
@@ -191,14 +209,18 @@ def main(argv=None) -> int:
                                 print(json.dumps(rows[-1]), flush=True)
         rss = {}
         if not args.no_rss:
-            for engine in ("ours", "oracle"):
-                for mode in ("decode", "encode"):
-                    rss[f"{engine}-{mode}-10s"] = measure_rss(engine, paths["f16"], 10.0, mode)
-                    print(f"peak RSS {engine} {mode} 10 s: {rss[f'{engine}-{mode}-10s']:.0f} MB", flush=True)
+            runs = [("ours", "decode", 10), ("oracle", "decode", 10), ("ours", "encode", 10), ("oracle", "encode", 10),
+                    ("ours", "encode-chunked", 10), ("ours", "encode-chunked", 60)]
+            for engine, mode, seconds in runs:
+                key = f"{engine}-{mode}-{seconds}s"
+                rss[key] = measure_rss(engine, paths["f16"], float(seconds), mode)
+                print(f"peak RSS {key}: {rss[key]:.0f} MB", flush=True)
     machine = f"{os.cpu_count()} cores, {os.uname().machine}, llamafile={pyggml_codec._ggml.has_llamafile()}"
     report = {"machine": machine, "rows": rows, "peak_rss_mb": rss}
     (args.out / "bench.json").write_text(json.dumps(report, indent=2))
-    md = f"Machine: {machine}\n\n{table(rows)}\n\nPeak RSS (MB, 10 s, F16 file; ours decode-only s2cpp): {json.dumps(rss)}\n"
+    rss_lines = "\n".join(f"| {k} | {v:.0f} |" for k, v in rss.items())
+    md = (f"Machine: {machine}\n\n{table(rows)}\n\nPeak RSS (F16 file; ours: s2cpp precision, decode rows "
+          f"load parts='decode'):\n\n| run | MB |\n|---|---|\n{rss_lines}\n")
     (args.out / "bench.md").write_text(md)
     print(md)
     return 0

@@ -15,9 +15,11 @@ from typing import Any, Mapping
 from .codec import Codec, EncodeResult
 from .config import CodecConfig
 from .errors import (
+    AudioFileError,
     BackendError,
     ClosedError,
     CodecError,
+    CodeFileError,
     ConfigError,
     GraphError,
     InputError,
@@ -25,6 +27,7 @@ from .errors import (
     TensorError,
 )
 from .model import load_model
+from .streaming import StreamDecoder
 from .runtime import Backend, DeviceInfo, available_backends, default_threads, devices, start_backend
 
 __version__ = "0.1.0"
@@ -32,7 +35,7 @@ __version__ = "0.1.0"
 __all__ = [
     "load", "Codec", "CodecConfig", "EncodeResult", "available_backends", "devices", "__version__",
     "CodecError", "ModelFileError", "ConfigError", "TensorError", "InputError", "BackendError", "GraphError",
-    "ClosedError", "DeviceInfo",
+    "ClosedError", "CodeFileError", "AudioFileError", "DeviceInfo", "StreamDecoder",
 ]
 
 
@@ -47,6 +50,7 @@ def load(
     strict_backend: bool = False,
     decode_path: str = "auto",
     host_tensors: Mapping[str, Any] | None = None,
+    lowerings: dict | None = None,
 ) -> Codec:
     """Load an S2 codec from a GGUF file onto a ggml backend.
 
@@ -68,6 +72,10 @@ def load(
     (``codec.shared_tensors`` lists the shared ones). Ownership: the codec frees only what
     it created (its graphs, its weight buffer, a backend it started); the host's backend,
     buffers and tensors must outlive ``codec.close()`` and are never freed by it.
+
+    ``lowerings`` overrides the per-backend choice of graph lowerings (``codec.plan``):
+    ``mask`` ("diag_mask_inf"/"explicit"), ``conv_transpose`` ("col2im"/"ggml"),
+    ``left_pad`` ("pad_ext"/"concat"), ``kernels`` (True/False: compiled CPU kernels).
     """
     if precision not in ("f32", "s2cpp"):
         raise ValueError(f"precision must be 'f32' or 's2cpp', got {precision!r}")
@@ -80,5 +88,5 @@ def load(
     else:
         handle = start_backend(str(backend), device, strict_backend)
     handle.set_threads(n_threads or default_threads())
-    model = load_model(source, handle, parts, precision, host_tensors)
+    model = load_model(source, handle, parts, precision, host_tensors, lowerings)
     return Codec(model, precision, decode_path)

@@ -16,17 +16,20 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
 
-from . import ops, quantizer, seanet
+from . import kernels, ops, quantizer, seanet
 from .config import CodecConfig
 from .errors import ClosedError, GraphError, InputError
 from .inputs import check_audio, check_codes
 from .model import LoadedModel
 from .runtime import Graph
 from .transformer import transformer
+
+if TYPE_CHECKING:
+    from .streaming import StreamDecoder
 
 MB = 1 << 20
 ENCODER_CTX, QUANTIZER_CTX, FUSED_CTX = 128 * MB, 96 * MB, 256 * MB
@@ -85,12 +88,18 @@ class Codec:
         self.failed_fused_frames: set[int] = set()
         self._lock = threading.RLock()
         self.lowerings: dict[str, str] = {}
+        # Compiled CPU kernels (kernels.py) where ggml is slow, when the lowering plan allows
+        # them; set False (then clear_cache()) to run plain ggml ops, e.g. to compare the two.
+        self.use_custom_kernels = True
+        # Seconds inside ggml compute during the last encode/decode call (the rest of a call's
+        # wall time is Python: validation, graph lookup, uploads, downloads, host VQ).
+        self.last_compute_s = 0.0
 
     # ----------------------------------------------------------------- properties
 
     @property
     def config(self) -> CodecConfig:
-        return self._model.config
+        return self._live().config
 
     @property
     def backend_name(self) -> str:
@@ -102,11 +111,37 @@ class Codec:
 
     @property
     def parts(self) -> str:
-        return self._model.parts
+        return self._live().parts
 
     @property
     def loaded_bytes(self) -> int:
         return self._live().loaded_bytes
+
+    @property
+    def model_source(self) -> str:
+        """The model file (or reader) this codec was loaded from."""
+        return self._live().source
+
+    @property
+    def device_name(self) -> str:
+        """ggml's name of the backend device, e.g. "CPU" or "CUDA0"."""
+        return self._live().backend.device_name
+
+    def compute_bytes(self) -> dict[str, int]:
+        """Compute-buffer bytes of each cached graph, keyed by "kind/frames" (ggml's allocator)."""
+        with self._lock:
+            self._live()
+            return {f"{key[0]}/{key[1]}": graph.compute_bytes for key, graph in self._cache.graphs.items()}
+
+    @property
+    def plan(self) -> dict:
+        """The lowering chosen per op for this backend (see runtime.choose_lowerings)."""
+        return dict(self._live().plan)
+
+    @property
+    def shared_tensors(self) -> frozenset[str]:
+        """Weights used in place from the host (``load(host_tensors=...)``)."""
+        return frozenset(self._live().shared)
 
     @property
     def sample_rate(self) -> int:
@@ -151,13 +186,17 @@ class Codec:
     def clear_cache(self) -> None:
         """Free cached graphs. Remembered fused-graph failures survive."""
         with self._lock:
+            self._live()
             self._cache.clear()
 
     # ----------------------------------------------------------------- graph building
 
     def _builder(self, ctx, keep_stages: bool = False) -> ops.Builder:
-        return ops.Builder(ctx=ctx, precision=self.precision,
-                           explicit_causal_mask=self._live().backend.name == "metal", keep_stages=keep_stages)
+        plan = self._live().plan
+        fast_cpu = self.use_custom_kernels and plan["kernels"] and kernels.AVAILABLE
+        return ops.Builder(ctx=ctx, precision=self.precision, explicit_causal_mask=plan["mask"] == "explicit",
+                           keep_stages=keep_stages, snake_kernel=fast_cpu, im2col_kernel=fast_cpu,
+                           conv_transpose=plan["conv_transpose"], left_pad=plan["left_pad"])
 
     def _graph(self, key, ctx_bytes: int, build: Callable[[ops.Builder], dict], keep_stages: bool = False) -> Graph:
         def make() -> Graph:
@@ -173,6 +212,18 @@ class Codec:
         if keep_stages:  # dumps are one-off: never cached
             return make()
         return self._cache.get(key, make)
+
+    def _run(self, key, ctx_bytes: int, build: Callable[[ops.Builder], dict], feeds: dict,
+             keep_stages: bool = False) -> dict[str, np.ndarray]:
+        """Compute the (cached) graph ``key`` on ``feeds``; one-off stage graphs are freed after."""
+        graph = self._graph(key, ctx_bytes, build, keep_stages)
+        try:
+            out = graph.run(feeds)
+            self.last_compute_s += graph.last_compute_s
+            return out
+        finally:
+            if keep_stages:
+                graph.free()
 
     def _code_inputs(self, g: ops.Builder, codes: np.ndarray) -> list:
         return [g.input(f"codes.{i}", codes[i], ops.I32) for i in range(codes.shape[0])]
@@ -224,6 +275,7 @@ class Codec:
         if path not in DECODE_PATHS:
             raise ValueError(f"decode_path must be one of {DECODE_PATHS}, got {path!r}")
         with self._lock:
+            self.last_compute_s = 0.0
             model = self._live()
             if model.parts == "encode":
                 raise InputError("this codec was loaded with parts='encode'; decode needs parts='decode' or 'all'")
@@ -242,30 +294,17 @@ class Codec:
 
     def _decode_fused(self, codes: np.ndarray, stages: bool):
         n = codes.shape[1]
-        graph = self._graph(("fused", n), FUSED_CTX, self._build_fused_decode(codes), keep_stages=stages)
-        try:
-            out = graph.run(self._codes_feed(codes))
-        finally:
-            if stages:
-                graph.free()
+        out = self._run(("fused", n), FUSED_CTX, self._build_fused_decode(codes), self._codes_feed(codes), stages)
         audio = out.pop("audio").reshape(-1)
         return (audio, _stage_arrays(out)) if stages else audio
 
     def _decode_split(self, codes: np.ndarray, stages: bool):
         n = codes.shape[1]
-        g1 = self._graph(("latent", n), QUANTIZER_CTX, self._build_latent_decode(codes), keep_stages=stages)
-        try:
-            first = g1.run(self._codes_feed(codes))
-        finally:
-            if stages:
-                g1.free()
+        first = self._run(("latent", n), QUANTIZER_CTX, self._build_latent_decode(codes), self._codes_feed(codes),
+                          stages)
         latent = first.pop("latent")
-        g2 = self._graph(("wave", n), ENCODER_CTX, self._build_wave_decode(latent.shape[1]), keep_stages=stages)
-        try:
-            second = g2.run({"latent": latent})
-        finally:
-            if stages:
-                g2.free()
+        second = self._run(("wave", n), ENCODER_CTX, self._build_wave_decode(latent.shape[1]), {"latent": latent},
+                           stages)
         audio = second.pop("audio").reshape(-1)
         if not stages:
             return audio
@@ -297,6 +336,7 @@ class Codec:
         if pad_to not in PAD_POLICIES:
             raise ValueError(f"pad_to must be one of {PAD_POLICIES}, got {pad_to!r}")
         with self._lock:
+            self.last_compute_s = 0.0
             model = self._live()
             if model.parts == "decode":
                 raise InputError("this codec was loaded with parts='decode'; encode needs parts='encode' or 'all'")
@@ -311,33 +351,32 @@ class Codec:
         padded = -(-x.shape[0] // unit) * unit
         return np.pad(x, (0, padded - x.shape[0]))
 
+    def _build_latent_encode(self, wave: np.ndarray) -> Callable[[ops.Builder], dict]:
+        w, cfg = self._model.weights, self.config
+        return lambda g: {"latent": seanet.encoder(g, g.input("audio", wave[None, :]), w, cfg)}
+
+    def _build_stage_encode(self, n_latent: int) -> Callable[[ops.Builder], dict]:
+        w, cfg = self._model.weights, self.config
+
+        def build(g: ops.Builder) -> dict:
+            x = g.input("latent", np.zeros((cfg.encoder.latent_dim, n_latent), np.float32))
+            z = ops.transpose(g, quantizer.downsample(g, x, w, cfg))
+            rvq = cfg.rvq_transformer
+            return {"pre_module": transformer(g, z, w, "quantizer.pre_module", rvq, rvq.n_layer)}
+
+        return build
+
     def _encode(self, x: np.ndarray, pad_to: str, stages: bool) -> EncodeResult:
-        cfg, w = self.config, self._model.weights
+        cfg = self.config
         wave = self._pad(x, pad_to)
         n_latent = wave.shape[0] // cfg.hop_length
-
-        def build_latent(g: ops.Builder) -> dict:
-            return {"latent": seanet.encoder(g, g.input("audio", wave[None, :]), w, cfg)}
-
-        def build_stage(g: ops.Builder) -> dict:
-            z = quantizer.downsample(g, g.input("latent", np.zeros((cfg.encoder.latent_dim, n_latent), np.float32)), w, cfg)
-            z = ops.transpose(g, z)
-            return {"pre_module": transformer(g, z, w, "quantizer.pre_module", cfg.rvq_transformer,
-                                              cfg.rvq_transformer.n_layer)}
-
-        g1 = self._graph(("enc", wave.shape[0]), ENCODER_CTX, build_latent, keep_stages=stages)
-        try:
-            first = g1.run({"audio": wave[None, :]})
-        finally:
-            if stages:
-                g1.free()
-        g2 = self._graph(("enc2", n_latent), QUANTIZER_CTX, build_stage, keep_stages=stages)
-        try:
-            second = g2.run({"latent": first["latent"]})
-        finally:
-            if stages:
-                g2.free()
-        codes, margins, residuals = quantizer.residual_quantize(self._model.vq_stages, second["pre_module"])
+        first = self._run(("enc", wave.shape[0]), ENCODER_CTX, self._build_latent_encode(wave),
+                          {"audio": wave[None, :]}, stages)
+        second = self._run(("enc2", n_latent), QUANTIZER_CTX, self._build_stage_encode(n_latent),
+                           {"latent": first["latent"]}, stages)
+        # download() drops trailing 1s of ne: one frame comes back as (dim,), not (1, dim)
+        z = second["pre_module"].reshape(-1, cfg.quantizer.input_dim)
+        codes, margins, residuals = quantizer.residual_quantize(self._model.vq_stages, z)
         result = EncodeResult(codes=codes, margins=margins)
         if stages:
             result.stages = _stage_arrays({**first, **second})
@@ -346,6 +385,37 @@ class Codec:
                 result.stages[f"enc.vq{i}.codes"] = c
         return result
 
+    # ----------------------------------------------------------------- streaming (see streaming.py)
+
+    def stream_decoder(self, *, on_invalid_codes: str = "clamp") -> "StreamDecoder":
+        """An exact chunked decoder: ``with codec.stream_decoder() as sd: pcm = sd.push(codes)``."""
+        from .streaming import StreamDecoder
+
+        return StreamDecoder(self, on_invalid_codes)
+
+    def stream_decode(self, chunks: Iterable, *, on_invalid_codes: str = "clamp") -> Iterator[np.ndarray]:
+        """Yield the audio of each code chunk in turn, decoded exactly with carried state."""
+        from .streaming import stream_decode
+
+        return stream_decode(self, chunks, on_invalid_codes)
+
+    def decode_windowed(self, codes, stride: int | None = None, history: int | None = None,
+                        holdback: int | None = None, low_latency: bool = False, *, live: bool = False,
+                        return_schedule: bool = False, on_invalid_codes: str = "clamp"):
+        """Decode with the C++ engine's re-decoded windows; see :func:`streaming.decode_windowed`."""
+        from .streaming import decode_windowed
+
+        return decode_windowed(self, codes, stride, history, holdback, low_latency, live=live,
+                               return_schedule=return_schedule, on_invalid_codes=on_invalid_codes)
+
+    def encode_chunked(self, audio, sample_rate: int | None = None, *, chunk_seconds: float = 10.0,
+                       pad_to: str = "code_frame", mix: str | None = None, return_margins: bool = False,
+                       return_stages: bool = False):
+        """:meth:`encode` of any length in bounded memory; see :func:`streaming.encode_chunked`."""
+        from .streaming import encode_chunked
+
+        return encode_chunked(self, audio, sample_rate, chunk_seconds=chunk_seconds, pad_to=pad_to, mix=mix,
+                              return_margins=return_margins, return_stages=return_stages)
 
 def _stage_arrays(out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {name: np.asarray(a) for name, a in out.items()}

@@ -37,3 +37,11 @@ class GraphError(CodecError, RuntimeError):
 
 class ClosedError(CodecError, RuntimeError):
     """The codec was used after ``close()``."""
+
+
+class CodeFileError(CodecError, ValueError):
+    """A code file is unreadable, truncated, corrupt, of an unknown kind, or cannot be written."""
+
+
+class AudioFileError(CodecError, ValueError):
+    """An audio file cannot be decoded (unknown format, corrupt data, no samples)."""

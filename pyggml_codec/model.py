@@ -19,7 +19,7 @@ from .config import CodecConfig
 from .errors import ModelFileError
 from .gguf_file import ModelFile
 from .quantizer import VQStage, stage_prefixes
-from .runtime import Backend, WeightBuffer
+from .runtime import Backend, WeightBuffer, choose_lowerings
 from .weights import PARTS, TensorSpec, backend_array, backend_layout, check_tensors, expected_tensors, ffn_width_reader, host_array
 
 log = logging.getLogger("pyggml_codec")
@@ -37,6 +37,7 @@ class LoadedModel:
     buffer: WeightBuffer | None = None
     loaded_bytes: int = 0  # bytes of the weight buffer this codec allocated
     shared: set[str] = field(default_factory=set)  # tensors used in place from the host
+    plan: dict = field(default_factory=dict)  # lowering per op (runtime.choose_lowerings)
     closed: bool = False
 
     def close(self) -> None:
@@ -70,7 +71,7 @@ def codec_prefix(mf: ModelFile) -> str:
 
 
 def load_model(source: Any, backend: Backend, parts: str, precision: str,
-               host_tensors: Mapping[str, Any] | None = None) -> LoadedModel:
+               host_tensors: Mapping[str, Any] | None = None, lowerings: dict | None = None) -> LoadedModel:
     """Read, check and upload the tensors ``parts`` needs. Frees what it made on failure.
 
     ``host_tensors`` maps file tensor names (with the file's prefix) to ggml tensors the
@@ -86,7 +87,8 @@ def load_model(source: Any, backend: Backend, parts: str, precision: str,
         config = CodecConfig.from_metadata(mf.metadata)
         specs = expected_tensors(config, ffn_width_reader(mf, prefix))
         check_tensors(mf, specs, prefix)
-        model = LoadedModel(config=config, backend=backend, parts=parts, source=mf.source)
+        model = LoadedModel(config=config, backend=backend, parts=parts, source=mf.source,
+                            plan=choose_lowerings(backend, lowerings))
         wanted = [s for s in specs if (parts == "all" or parts in s.parts) and s.role != "host"]
         _upload(model, mf, prefix, wanted, precision, host_tensors or {})
         if parts in ("all", "encode"):
@@ -114,7 +116,8 @@ def _upload(model: LoadedModel, mf: ModelFile, prefix: str, specs: list[TensorSp
     upload one tensor at a time."""
     own = []
     for s in specs:
-        ggml_type, shape = backend_layout(s, mf.tensors[prefix + s.name].ggml_type, precision)
+        ggml_type, shape = backend_layout(s, mf.tensors[prefix + s.name].ggml_type, precision,
+                                          model.plan["conv_transpose"])
         host = host_tensors.get(prefix + s.name)
         if host is not None and _usable_in_place(host, ggml_type, shape):
             model.weights[s.name] = host
@@ -131,7 +134,7 @@ def _upload(model: LoadedModel, mf: ModelFile, prefix: str, specs: list[TensorSp
         model.weights[s.name] = t
     model.loaded_bytes = buf.allocate()
     for s, _, _ in own:
-        _ggml.upload(model.weights[s.name], backend_array(mf, prefix, s, precision))
+        _ggml.upload(model.weights[s.name], backend_array(mf, prefix, s, precision, model.plan["conv_transpose"]))
 
 
 def _vq_stages(mf: ModelFile, prefix: str, specs: list[TensorSpec], cfg: CodecConfig) -> list[VQStage]:

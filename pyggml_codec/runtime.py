@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -172,6 +173,62 @@ def _cpu(requested: str, reason: str | None) -> Backend:
     return Backend(handle, "cpu", owned=True, requested=requested, fallback_reason=reason)
 
 
+# --------------------------------------------------------------------------- lowerings
+
+LOWERING_CHOICES = {
+    "mask": ("diag_mask_inf", "explicit"),
+    "conv_transpose": ("col2im", "ggml"),
+    "left_pad": ("pad_ext", "concat"),
+    "kernels": (True, False),
+}
+
+
+def probe_ops(backend: Backend) -> dict[str, bool]:
+    """Which of the ops with alternative lowerings ``backend`` supports (tiny metadata graph)."""
+    ctx = new_context(32 * lib.ggml_tensor_overhead())
+    try:
+        from .ops import new_tensor
+
+        sq = new_tensor(ctx, _ggml.TYPE_F32, (4, 4))
+        cols = new_tensor(ctx, _ggml.TYPE_F32, (8, 4))
+        kern = new_tensor(ctx, _ggml.TYPE_F32, (4, 2, 4))
+        probes = {
+            "diag_mask_inf": lib.ggml_diag_mask_inf(ctx, sq, 0),
+            "col2im_1d": lib.ggml_col2im_1d(ctx, cols, 2, 2, 0),
+            "pad_left": lib.ggml_pad_ext(ctx, sq, 1, 0, 0, 0, 0, 0, 0, 0),
+            "conv_transpose_1d": lib.ggml_conv_transpose_1d(ctx, kern, sq, 2, 0, 1),
+        }
+        return {name: backend.supports(t) for name, t in probes.items()}
+    finally:
+        lib.ggml_free(ctx)
+
+
+def choose_lowerings(backend: Backend, overrides: dict | None = None) -> dict:
+    """The graph-level lowering of each op with alternatives, for this backend.
+
+    Metal in ggml 0.15.3 has no DIAG_MASK_INF, no left padding and no COL2IM_1D; the C++
+    engine gives Metal explicit masks. ``overrides`` forces a choice (tests run every
+    lowering on the CPU backend against the reference).
+    """
+    support = probe_ops(backend)
+    plan = {
+        "mask": "diag_mask_inf" if support["diag_mask_inf"] and backend.name != "metal" else "explicit",
+        "conv_transpose": "col2im" if support["col2im_1d"] else "ggml",
+        "left_pad": "pad_ext" if support["pad_left"] else "concat",
+        "kernels": backend.is_cpu,
+    }
+    for key, value in (overrides or {}).items():
+        if key not in LOWERING_CHOICES or value not in LOWERING_CHOICES[key]:
+            choices = {k: list(v) for k, v in LOWERING_CHOICES.items()}
+            raise ValueError(f"unknown lowering {key}={value!r}; choices: {choices}")
+        if key == "kernels" and value and not backend.is_cpu:
+            raise ValueError("custom kernels run on the CPU backend only")
+        plan[key] = value
+    if plan["conv_transpose"] == "ggml" and not support["conv_transpose_1d"]:
+        raise BackendError(f"backend {backend.name} supports neither COL2IM_1D nor CONV_TRANSPOSE_1D")
+    return plan
+
+
 # --------------------------------------------------------------------------- contexts and buffers
 
 
@@ -227,6 +284,7 @@ class Graph:
         self.galloc = 0
         self.builder = None
         self.outputs: dict[str, Any] = {}
+        self.last_compute_s = 0.0  # time inside ggml_backend_graph_compute on the last run
 
     def build(self, fn: Callable, builder) -> None:
         """Run ``fn(builder) -> {name: tensor}``, expand the graph and allocate it."""
@@ -243,6 +301,8 @@ class Graph:
         self.galloc = lib.ggml_gallocr_new(lib.ggml_backend_get_default_buffer_type(self.backend.handle))
         if not self.galloc or not lib.ggml_gallocr_alloc_graph(self.galloc, self.gf):
             raise GraphError("could not allocate the graph's compute buffer")
+        # An input no op reads gets no memory: uploading to it would abort in ggml.
+        builder.inputs[:] = [(t, a) for t, a in builder.inputs if t.contents.buffer]
 
     def _check_support(self) -> None:
         if self.backend.is_cpu:
@@ -263,7 +323,9 @@ class Graph:
         for t, array in self.builder.inputs:
             name = lib.ggml_get_name(t).decode()
             _ggml.upload(t, fresh_inputs.get(name, array))
+        start = time.perf_counter()
         status = lib.ggml_backend_graph_compute(self.backend.handle, self.gf)
+        self.last_compute_s = time.perf_counter() - start
         if status != 0:
             raise GraphError(f"graph compute failed with ggml status {status}")
         return {name: _ggml.download(t) for name, t in self.outputs.items()}

@@ -45,6 +45,18 @@ def mask_input(g: Builder, n: int, window: int, name: str) -> Tensor | None:
     return None
 
 
+def history_mask(n_query: int, window: int, p0: int) -> np.ndarray:
+    """Mask, numpy ``(n_query, window - 1 + n_query)``, of a streamed chunk at positions p0...
+
+    Keys are the ``window - 1`` carried ones (positions p0 - window + 1 .. p0 - 1) then the
+    chunk's own; carried slots before position 0 (the first ``window - 1 - p0``) are masked.
+    """
+    hist = window - 1
+    mask = ops.window_mask(n_query, hist + n_query, window, offset=hist)
+    mask[:, : max(0, hist - p0)] = ops.MASKED
+    return mask
+
+
 def positions_input(g: Builder, n: int, name: str) -> Tensor:
     return g.input(name, np.arange(n, dtype=np.int32), ops.I32)
 
@@ -66,12 +78,39 @@ def _split_heads(g: Builder, qkv: Tensor, cfg: TransformerConfig, n: int) -> tup
     return view(nh, 0), view(nkv, nh), view(nkv, nh + nkv)
 
 
+def stream_inputs(g: Builder, n: int, window: int, prefix: str) -> tuple[Tensor, Tensor]:
+    """Positions and mask inputs of a streamed chunk; the driver feeds both per chunk."""
+    if window < 1:
+        raise ValueError("streaming needs a bounded attention window")
+    pos_name, mask_name = f"{prefix}.pos"[-60:], f"{prefix}.mask"[-60:]
+    g.stream.clocks[pos_name] = (mask_name, n, window)
+    g.lowerings[mask_name] = "history-mask"
+    return positions_input(g, n, pos_name), g.input(mask_name, history_mask(n, window, 0))
+
+
+def _with_history(g: Builder, k: Tensor, v: Tensor, hist: int) -> tuple[Tensor, Tensor]:
+    """Streamed chunk: the carried last ``hist`` keys (post-RoPE) and values before this
+    chunk's, [hd, Hkv, hist + T]; emits the new last ``hist`` of each."""
+    out = []
+    for t in (k, lib.ggml_cont(g.ctx, v)):
+        hd, nkv, n = ops.shape(t)[:3]
+        name, prev = ops.carry_input(g, (hd, nkv, hist))
+        full = lib.ggml_concat(g.ctx, prev, t, 2)
+        nb = full.contents.nb
+        ops.emit_carry(g, name, lib.ggml_view_3d(g.ctx, full, hd, nkv, hist, nb[1], nb[2], n * nb[2]))
+        out.append(full)
+    return out[0], out[1]
+
+
 def attention(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tensor, mask: Tensor | None) -> Tensor:
-    """Multi-head causal self-attention of CL ``x`` [dim, T]."""
+    """Multi-head causal self-attention of CL ``x`` [dim, T] (after carried keys when streamed)."""
     n = ops.shape(x)[1]
     q, k, v = _split_heads(g, ops.mul_mat(g, w["attention.wqkv.weight"], x), cfg, n)
-    q = lib.ggml_permute(g.ctx, _rope(g, q, pos, cfg), 0, 2, 1, 3)  # [hd, T, H]
-    k = lib.ggml_permute(g.ctx, _rope(g, k, pos, cfg), 0, 2, 1, 3)  # [hd, T, Hkv]
+    q, k = _rope(g, q, pos, cfg), _rope(g, k, pos, cfg)
+    if g.stream is not None and cfg.window > 1:
+        k, v = _with_history(g, k, v, cfg.window - 1)
+    q = lib.ggml_permute(g.ctx, q, 0, 2, 1, 3)  # [hd, T, H]
+    k = lib.ggml_permute(g.ctx, k, 0, 2, 1, 3)  # [hd, T_k, Hkv]
     scores = ops.mul_mat(g, k, q)  # [T_k, T_q, H]
     scale = 1.0 / float(np.sqrt(cfg.head_dim))
     if mask is None:
@@ -100,8 +139,11 @@ def layer(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tensor, m
 def transformer(g: Builder, x: Tensor, weights, prefix: str, cfg: TransformerConfig, n_layer: int) -> Tensor:
     """``n_layer`` layers named ``{prefix}.layers.N.*`` and ``{prefix}.norm.weight``; CL in and out."""
     n = ops.shape(x)[1]
-    pos = positions_input(g, n, f"{prefix}.pos"[-60:])
-    mask = mask_input(g, n, cfg.window, f"{prefix}.mask"[-60:])
+    if g.stream is not None:
+        pos, mask = stream_inputs(g, n, cfg.window, prefix)
+    else:
+        pos = positions_input(g, n, f"{prefix}.pos"[-60:])
+        mask = mask_input(g, n, cfg.window, f"{prefix}.mask"[-60:])
     for i in range(n_layer):
         w = {name: weights[f"{prefix}.layers.{i}.{name}"] for name in LAYER_TENSORS}
         x = layer(g, x, w, cfg, pos, mask)

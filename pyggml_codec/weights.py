@@ -186,11 +186,12 @@ def host_array(mf: ModelFile, prefix: str, spec: TensorSpec) -> np.ndarray:
     return np.asarray(info.data).reshape(spec.shape).astype(np.float32)
 
 
-def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, precision: str) -> np.ndarray:
+def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, precision: str,
+                  conv_transpose: str = "col2im") -> np.ndarray:
     """The tensor as it is held on the backend (dtype and layout per role), numpy order."""
     info = mf.tensors[prefix + spec.name]
     data = np.asarray(info.data).reshape(spec.shape)
-    if spec.role == "convT":  # (Cin, Cout, K) -> (Cout, K, Cin): ne [Cin, K, Cout]
+    if spec.role == "convT" and conv_transpose == "col2im":  # (Cin, Cout, K) -> (Cout, K, Cin): ne [Cin, K, Cout]
         return np.ascontiguousarray(data.astype(np.float32).transpose(1, 2, 0))
     if spec.role == "conv":
         return data.astype(np.float16 if precision == "s2cpp" else np.float32)
@@ -199,9 +200,10 @@ def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, precision: str) 
     return data.astype(np.float32)
 
 
-def backend_layout(spec: TensorSpec, file_type: int, precision: str) -> tuple[int, tuple[int, ...]]:
+def backend_layout(spec: TensorSpec, file_type: int, precision: str,
+                   conv_transpose: str = "col2im") -> tuple[int, tuple[int, ...]]:
     """(ggml type, numpy shape) of the tensor as ``backend_array`` makes it, without reading data."""
-    if spec.role == "convT":
+    if spec.role == "convT" and conv_transpose == "col2im":
         cin, cout, k = spec.shape
         return 0, (cout, k, cin)
     f16 = (spec.role == "conv" and precision == "s2cpp") or (spec.role == "linear" and precision == "s2cpp" and file_type == 1)

@@ -1,0 +1,160 @@
+"""cffi build script for the small C kernels ggml runs as custom ops on the CPU backend.
+
+Built at install time (``setup.py`` lists it in ``cffi_modules``) into
+``pyggml_codec._kernels``. The kernels read ggml tensors through a mirror of the first
+fields of ``struct ggml_tensor`` (ggml 0.15.3); ``kernels.py`` checks those offsets
+against the binding's own struct before using them.
+
+Snake: ggml's ``sin`` is a scalar loop, so the 5-op chain runs at a fraction of PyTorch's
+speed; one pass with glibc's vectorized ``sinf`` (libmvec, enabled by -ffast-math) was
+measured 16-20x faster than the chain on this project's machines (PERF_NOTES.md).
+"""
+
+import os
+import sys
+
+from cffi import FFI
+
+CDEF = """
+void pg_snake(void * dst, void * x, void * alpha, int ith, int nth, void * userdata);
+void pg_im2col(void * dst, int ith, int nth, void * userdata);
+int pg_has_f16c(void);
+int pg_tensor_layout(int64_t * offsets);
+"""
+
+SOURCE = r"""
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+struct pg_tensor {            /* mirrors struct ggml_tensor up to `data` (ggml 0.15.3) */
+    int type;
+    void * buffer;
+    int64_t ne[4];
+    size_t nb[4];
+    int op;
+    int32_t op_params[16];
+    int32_t flags;
+    void * src[10];
+    void * view_src;
+    size_t view_offs;
+    void * data;
+};
+
+int pg_tensor_layout(int64_t * offsets) {
+    offsets[0] = offsetof(struct pg_tensor, type);
+    offsets[1] = offsetof(struct pg_tensor, ne);
+    offsets[2] = offsetof(struct pg_tensor, nb);
+    offsets[3] = offsetof(struct pg_tensor, src);
+    offsets[4] = offsetof(struct pg_tensor, data);
+    return 5;
+}
+
+/* y = x + sin(a x)^2 / a over [n] values sharing one alpha */
+static void snake_run(float * restrict y, const float * restrict x, int64_t n, float a) {
+    const float inv = 1.0f / a;
+    for (int64_t i = 0; i < n; i++) {
+        const float s = sinf(a * x[i]);
+        y[i] = x[i] + s * s * inv;
+    }
+}
+
+/* alpha per element of a row (channels-last rows) */
+static void snake_vec(float * restrict y, const float * restrict x, const float * restrict a, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float s = sinf(a[i] * x[i]);
+        y[i] = x[i] + s * s / a[i];
+    }
+}
+
+/* im2col of a 1-D conv, the same output as ggml_im2col (1-D): dst [IC*K, OW] with element
+   (ic*K + k, t) = x[ic, t*s + k*d - p] (0 outside), from contiguous F32 x [L, IC] = dst->src[0].
+   userdata: int64 {K, s, d, p}. Threads take blocks of output columns t; within a block the
+   reads of one input channel stay in cache and the block of columns stays in L2. dst is
+   F32 (type 0) or F16 (type 1, rounded to nearest even as ggml's F16C conversion does). */
+#define PG_BLOCK 64
+void pg_im2col(void * dst_, int ith, int nth, void * userdata) {
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * x = dst->src[0];
+    const int64_t * prm = userdata;
+    const int64_t K = prm[0], s = prm[1], d = prm[2], p = prm[3];
+    const int64_t L = x->ne[0], IC = x->ne[1], OW = dst->ne[1], row = IC * K;
+    const float * xs = x->data;
+    const int64_t nblocks = (OW + PG_BLOCK - 1) / PG_BLOCK;
+    for (int64_t b = ith; b < nblocks; b += nth) {
+        const int64_t t0 = b * PG_BLOCK, t1 = t0 + PG_BLOCK < OW ? t0 + PG_BLOCK : OW;
+        for (int64_t ic = 0; ic < IC; ic++) {
+            const float * src = xs + ic * L;
+            for (int64_t t = t0; t < t1; t++) {
+                const int64_t base = t * s - p;
+                float v[64];
+                for (int64_t k = 0; k < K; k++) {
+                    const int64_t j = base + k * d;
+                    v[k] = (j >= 0 && j < L) ? src[j] : 0.0f;
+                }
+                if (dst->type == 0) {
+                    memcpy((float *) dst->data + t * row + ic * K, v, K * sizeof(float));
+                } else {
+                    uint16_t * o = (uint16_t *) dst->data + t * row + ic * K;
+                    for (int64_t k = 0; k < K; k++) {
+#if defined(__F16C__)
+                        o[k] = _cvtss_sh(v[k], 0);
+#else
+                        o[k] = 0; /* not built: kernels.py refuses F16 without F16C */
+#endif
+                    }
+                }
+            }
+        }
+    }
+}
+
+int pg_has_f16c(void) {
+#if defined(__F16C__)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* dst, x: contiguous F32 [n0, rows]; alpha: F32, [1, rows] (one per row) or [n0, 1] (one per column). */
+void pg_snake(void * dst_, void * x_, void * alpha_, int ith, int nth, void * userdata) {
+    (void) userdata;
+    struct pg_tensor * dst = dst_, * x = x_, * alpha = alpha_;
+    const int64_t n0 = x->ne[0];
+    const int64_t rows = x->ne[1] * x->ne[2] * x->ne[3];
+    const int64_t total = n0 * rows;
+    const int64_t per = (total + nth - 1) / nth;
+    const int64_t i0 = per * ith, i1 = i0 + per < total ? i0 + per : total;
+    const float * xs = x->data;
+    const float * al = alpha->data;
+    float * ys = dst->data;
+    const int per_row = alpha->ne[0] == 1;
+    for (int64_t i = i0; i < i1;) {
+        const int64_t r = i / n0, c = i - r * n0;
+        const int64_t len = (n0 - c) < (i1 - i) ? (n0 - c) : (i1 - i);
+        if (per_row) snake_run(ys + i, xs + i, len, al[r % alpha->ne[1]]);
+        else snake_vec(ys + i, xs + i, al + c, len);
+        i += len;
+    }
+}
+"""
+
+ffibuilder = FFI()
+ffibuilder.cdef(CDEF)
+_flags = ["-O3", "-ffast-math"]  # -ffast-math (with finite-math) makes glibc declare the SIMD sinf
+if os.environ.get("PYGGML_CODEC_PORTABLE") != "1" and sys.platform != "darwin":
+    _flags.append("-march=native")
+ffibuilder.set_source(
+    "pyggml_codec._kernels",
+    SOURCE,
+    extra_compile_args=_flags,
+    libraries=["m", "mvec"] if sys.platform.startswith("linux") else ["m"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,5 @@
+"""Only for the cffi kernels; all other metadata is in pyproject.toml."""
+
+from setuptools import setup
+
+setup(cffi_modules=["pyggml_codec/_kernels_build.py:ffibuilder"])

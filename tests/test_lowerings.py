@@ -1,0 +1,131 @@
+"""Every graph lowering agrees with the upstream reference, run on the CPU backend.
+
+GPU backends pick other lowerings (Metal: explicit masks, no left padding, no col2im_1d;
+GPUs: no custom kernels); the math is the same, so CI checks each on the CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import oracle
+import pyggml_codec
+from parity import random_codes, report, signal
+from pyggml_codec import kernels, runtime
+
+F32_REL_RMS = 1e-5  # f32 precision: float32 rounding only, whatever the lowering
+
+PLANS = {
+    "stock-ops": {"kernels": False},
+    "metal-like": {"mask": "explicit", "left_pad": "concat", "conv_transpose": "ggml", "kernels": False},
+    "conv-transpose-op": {"conv_transpose": "ggml"},
+    "cpu-kernels": {"kernels": True},
+}
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_lowering_matches_oracle(tiny_model, name):
+    if PLANS[name].get("kernels") and not kernels.AVAILABLE:
+        pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
+    codes = random_codes((64,) + (32,) * 9, 20, seed=1)  # 20 > tiny window 8
+    x = signal(2 * 44100 + 777, seed=2)
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings=PLANS[name]) as codec:
+        audio = codec.decode(codes)
+        fused = codec.decode(codes, decode_path="fused")
+        enc = codec.encode(x, return_stages=True)
+        used = dict(codec.lowerings)
+    print(f"{name}: lowerings used {used}")
+    rel, _ = report(f"{name} decode", audio, oracle.decode(tiny_model.model, codes))
+    assert rel <= F32_REL_RMS
+    np.testing.assert_array_equal(audio, fused)
+    rel_lat, _ = report(f"{name} encode latent", enc.stages["latent"], oracle.latent(tiny_model.model, x))
+    assert rel_lat <= F32_REL_RMS
+    np.testing.assert_array_equal(enc.codes, oracle.encode(tiny_model.model, x))
+    for key, value in PLANS[name].items():
+        if key == "mask":
+            assert used["quantizer.post_module.mask"] == ("causal-mask" if value == "explicit" else "diag_mask_inf") \
+                or used["quantizer.post_module.mask"] == "window-mask"
+        elif key == "kernels":
+            assert used["snake"] == ("custom" if value else "chain")
+        else:
+            assert used[key] == value
+
+
+def test_explicit_causal_mask_used_when_window_covers_sequence(tiny_model):
+    codes = random_codes((64,) + (32,) * 9, 6, seed=3)  # 6 <= window 8: plain causal
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu") as a, \
+            pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"mask": "explicit"}) as b:
+        ya, yb = a.decode(codes), b.decode(codes)
+        assert a.lowerings["quantizer.post_module.mask"] == "diag_mask_inf"
+        assert b.lowerings["quantizer.post_module.mask"] == "causal-mask"
+    report("explicit causal mask vs diag_mask_inf", yb, ya)
+    np.testing.assert_allclose(yb, ya, rtol=0, atol=1e-6)
+
+
+def test_cpu_plan_and_bad_overrides(tiny_model):
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu") as codec:
+        assert codec.plan == {"mask": "diag_mask_inf", "conv_transpose": "col2im", "left_pad": "pad_ext",
+                              "kernels": True}
+    with pytest.raises(ValueError, match="unknown lowering"):
+        pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"mask": "sometimes"})
+
+
+def test_probe_reports_cpu_support():
+    backend = runtime.start_backend("cpu")
+    try:
+        support = runtime.probe_ops(backend)
+    finally:
+        backend.free()
+    assert support == {"diag_mask_inf": True, "col2im_1d": True, "pad_left": True, "conv_transpose_1d": True}
+
+
+def test_custom_kernels_match_ggml_ops(tiny_model):
+    """Snake kernel vs op chain within float rounding (f32). In s2cpp mode a 1-ulp change
+    from the vectorized sinf can flip an F16 rounding of a conv input, so there both are
+    held to the s2cpp bound against the reference instead."""
+    if not kernels.AVAILABLE:
+        pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
+    codes = random_codes((64,) + (32,) * 9, 12, seed=4)
+    want = oracle.decode(tiny_model.model, codes)
+    for path, precision in ((tiny_model.f32_path, "f32"), (tiny_model.f16_path, "s2cpp")):
+        with pyggml_codec.load(path, backend="cpu", precision=precision) as codec:
+            fast = codec.decode(codes)
+            codec.use_custom_kernels = False
+            codec.clear_cache()
+            plain = codec.decode(codes)
+        rel, _ = report(f"kernels vs plain ops ({precision})", fast, plain)
+        if precision == "f32":
+            assert rel <= 1e-6
+        else:
+            for label, got in (("kernels", fast), ("plain", plain)):
+                assert report(f"s2cpp {label} vs oracle", got, want)[0] <= 2e-3
+
+
+@pytest.mark.parametrize("stride,dilation,pad,length", [(1, 1, 6, 50), (1, 9, 54, 300), (4, 1, 4, 97), (2, 1, 0, 64)])
+def test_f16_im2col_kernel_bit_identical(stride, dilation, pad, length):
+    if not kernels.AVAILABLE:
+        pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
+    from pyggml_codec import ops
+
+    backend = runtime.start_backend("cpu")
+    backend.set_threads(2)
+    x = np.random.default_rng(5).standard_normal((6, length)).astype(np.float32)
+    k = 8 if stride == 4 else (2 if stride == 2 else 7)
+    outs = []
+    try:
+        for use_kernel in (True, False):
+            graph = runtime.Graph(backend, 16 << 20)
+
+            def build(g):
+                w = g.input("w", np.zeros((3, 6, k), np.float16), ops.F16)
+                cols = ops.im2col(g, w, g.input("x", x), stride, pad, dilation)
+                return {"cols": ops.lib.ggml_cast(g.ctx, cols, ops.F32), "w": ops.lib.ggml_cast(g.ctx, w, ops.F32)}
+
+            graph.build(build, ops.Builder(ctx=graph.ctx, precision="s2cpp", im2col_kernel=use_kernel))
+            outs.append(graph.run()["cols"])
+            assert graph.builder.lowerings["im2col"] == ("custom" if use_kernel else "ggml")
+            graph.free()
+    finally:
+        backend.free()
+    np.testing.assert_array_equal(outs[0], outs[1])

@@ -1,0 +1,228 @@
+"""Streaming: exact stateful decode == one-shot, the C++ windowed schedule, chunked encode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pyggml_codec
+from parity import max_abs, random_codes, rel_rms, report, signal
+from pyggml_codec.streaming import windowed_schedule
+
+# f32 mode: the streamed graph computes the same sums as one pass except the attention
+# rows (carried + masked key slots change the summation grouping): ~1e-7 measured.
+F32_MAX_ABS = 1e-5
+# s2cpp mode rounds every conv input to F16 (ulp 2^-11 ~ 4.9e-4 relative), which turns
+# those 1e-7 differences into ulp flips: the one-shot decode of a prefix already differs
+# from the same frames of a longer one-shot decode by ~2e-4 (printed as the baseline).
+S2CPP_MAX_ABS = 1e-3
+T_FRAMES = 40  # > 8 (the tiny RVQ window), so KV history and its masking are exercised
+
+
+def _chunks(codes: np.ndarray, sizes) -> list[np.ndarray]:
+    out, start = [], 0
+    for n in sizes:
+        out.append(codes[:, start:start + n])
+        start += n
+    return [c for c in out if c.shape[1]]
+
+
+def _random_split(total: int, seed: int, largest: int = 12) -> list[int]:
+    rng = np.random.default_rng(seed)
+    sizes = []
+    while sum(sizes) < total:
+        sizes.append(int(rng.integers(1, largest + 1)))
+    sizes[-1] -= sum(sizes) - total
+    return sizes
+
+
+def _fixed(n: int, total: int = T_FRAMES) -> list[int]:
+    return [n] * (total // n) + ([total % n] if total % n else [])
+
+
+CHUNKINGS = {f"chunk{n}": _fixed(n) for n in (1, 3, 8, 4, 16)}
+CHUNKINGS.update({f"random{s}": _random_split(T_FRAMES, s) for s in (0, 1)})
+
+
+@pytest.fixture(scope="module")
+def codec(tiny_model):
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1) as c:
+        yield c
+
+
+def _streamed(codec, chunks) -> np.ndarray:
+    spf = codec.config.samples_per_frame
+    pieces = []
+    with codec.stream_decoder() as sd:
+        for c in chunks:
+            pcm = sd.push(c)
+            assert pcm.shape == (c.shape[1] * spf,) and pcm.dtype == np.float32
+            pieces.append(pcm)
+        assert sd.frames_pushed == sum(c.shape[1] for c in chunks)
+        assert sd.flush().size == 0 and sd.frames_pushed == 0
+    return np.concatenate(pieces)
+
+
+# --------------------------------------------------------------------------- exact stream decode
+
+
+@pytest.mark.parametrize("name", list(CHUNKINGS))
+def test_stream_equals_one_shot_f32(codec, name):
+    codes = random_codes(codec.config.quantizer.codebook_sizes, T_FRAMES, seed=7)
+    want = codec.decode(codes)
+    got = _streamed(codec, _chunks(codes, CHUNKINGS[name]))
+    _, err = report(f"stream f32 {name} {CHUNKINGS[name]}", got, want)
+    assert err <= F32_MAX_ABS
+
+
+@pytest.mark.parametrize("name", ["chunk3", "random0"])
+def test_stream_equals_one_shot_s2cpp(tiny_model, name):
+    with pyggml_codec.load(tiny_model.f16_path, backend="cpu", precision="s2cpp", n_threads=1) as c:
+        codes = random_codes(c.config.quantizer.codebook_sizes, T_FRAMES, seed=7)
+        want = c.decode(codes)
+        baseline = max(max_abs(c.decode(codes[:, :k]), want[:k * 2048]) for k in (17, 39))
+        got = _streamed(c, _chunks(codes, CHUNKINGS[name]))
+    _, err = report(f"stream s2cpp {name} (one-shot prefix baseline {baseline:.2e})", got, want)
+    assert err <= S2CPP_MAX_ABS
+
+
+def test_stream_decode_iterator_and_fused_path(codec, tiny_model):
+    codes = random_codes(codec.config.quantizer.codebook_sizes, 20, seed=2)
+    want = codec.decode(codes)
+    got = np.concatenate(list(codec.stream_decode(_chunks(codes, [5, 1, 14]))))
+    assert max_abs(got, want) <= F32_MAX_ABS
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", decode_path="fused", n_threads=1) as fused:
+        got = np.concatenate(list(fused.stream_decode(_chunks(codes, [7, 13]))))
+    assert max_abs(got, want) <= F32_MAX_ABS
+
+
+def test_future_never_changes_past(codec):
+    sizes = codec.config.quantizer.codebook_sizes
+    past = random_codes(sizes, 20, seed=3)
+    futures = [random_codes(sizes, 12, seed=s) for s in (4, 5)]
+    outs = []
+    for future in futures:
+        with codec.stream_decoder() as sd:
+            outs.append((sd.push(past[:, :11]), sd.push(past[:, 11:]), sd.push(future)))
+    for a, b in zip(outs[0][:2], outs[1][:2]):
+        assert np.array_equal(a, b)
+    assert not np.allclose(outs[0][2], outs[1][2])
+    one_shot = [codec.decode(np.concatenate([past, f], axis=1))[: 20 * 2048] for f in futures]
+    assert max_abs(one_shot[0], one_shot[1]) <= F32_MAX_ABS
+    assert max_abs(np.concatenate(outs[0][:2]), one_shot[0]) <= F32_MAX_ABS
+
+
+def test_stream_validates_chunks(codec):
+    with codec.stream_decoder() as sd:
+        with pytest.raises(pyggml_codec.InputError):
+            sd.push(np.zeros((3, 4), np.int64))
+        with pytest.raises(pyggml_codec.InputError):
+            sd.push(np.zeros((codec.config.n_codebooks, 0), np.int64))
+        assert sd.frames_pushed == 0
+        bad = random_codes(codec.config.quantizer.codebook_sizes, 3, seed=1)
+        bad[0, 0] = -5
+        with pytest.warns(RuntimeWarning, match="clamped"):
+            sd.push(bad)
+        assert sd.frames_pushed == 3
+
+
+@pytest.mark.slow
+def test_stream_equals_one_shot_full(full_model):
+    with pyggml_codec.load(full_model.f32_path, backend="cpu", n_threads=2) as c:
+        codes = random_codes(c.config.quantizer.codebook_sizes, 150, seed=11)
+        want = c.decode(codes)
+        for sizes in ([16] * 9 + [6], [1] * 5 + _random_split(145, 3, largest=24)):
+            got = _streamed(c, _chunks(codes, sizes))
+            _, err = report(f"full stream f32 {sizes[:8]}...", got, want)
+            assert err <= F32_MAX_ABS
+
+
+# --------------------------------------------------------------------------- C++ windowed schedule
+
+
+def _check_rules(schedule, n_frames: int, history: int, holdback: int) -> None:
+    emitted = 0
+    for i, (ws, we, es, ee) in enumerate(schedule):
+        final = i == len(schedule) - 1
+        assert es == emitted and ee > es, "emitted ranges must be contiguous and non-empty"
+        assert ws == max(0, es - history) and ws <= es and ee <= we
+        assert ee == (n_frames if final else we - holdback)
+        emitted = ee
+    assert emitted == n_frames, "every frame is emitted exactly once"
+
+
+def test_offline_schedule_matches_the_documented_table():
+    s = windowed_schedule(400, 16, 144, 144)
+    assert s[0] == (0, 160, 0, 16) and s[1] == (0, 176, 16, 32)
+    assert (0, 304, 144, 160) in s and (16, 320, 160, 176) in s and (80, 384, 224, 240) in s
+    assert s[-1] == (96, 400, 240, 400)
+    assert all(we - ws == 304 for ws, we, _, _ in s[10:-1]), "steady window = 144 + 16 + 144"
+    _check_rules(s, 400, 144, 144)
+    assert windowed_schedule(10, 16, 144, 144) == [(0, 10, 0, 10)], "T <= stride: one decode"
+
+
+def test_live_schedule_first_decode_and_low_latency():
+    s = windowed_schedule(400, 4, 144, 144, live=True)
+    assert s[:3] == [(0, 145, 0, 1), (0, 149, 1, 5), (0, 153, 5, 9)]
+    _check_rules(s, 400, 144, 144)
+    low = windowed_schedule(300, 1, 144, 0, live=True)
+    assert low == windowed_schedule(300, 1, 144, 0) and len(low) == 300
+    assert all(ee - es == 1 and we - ws <= 145 for ws, we, es, ee in low)
+    _check_rules(low, 300, 144, 0)
+
+
+@pytest.mark.parametrize("n,stride,history,holdback,live", [
+    (37, 5, 8, 8, False), (37, 5, 8, 3, True), (50, 7, 0, 0, False), (9, 4, 20, 20, True), (64, 16, 24, 2, False),
+])
+def test_schedule_rules(n, stride, history, holdback, live):
+    _check_rules(windowed_schedule(n, stride, history, holdback, live), n, history, holdback)
+
+
+def test_decode_windowed(codec):
+    codes = random_codes(codec.config.quantizer.codebook_sizes, 36, seed=5)
+    want = codec.decode(codes)
+    whole = codec.decode_windowed(codes, history=36)
+    print(f"windowed with history >= T: max abs {max_abs(whole, want):.2e}")
+    assert max_abs(whole, want) <= 1e-6
+    # The tiny model's decode sees about 2 layers x 7 frames back: 24 frames of history
+    # (the default, round_up_8(8 - 1 + 16)) cover it, 2 frames do not.
+    got, schedule = codec.decode_windowed(codes, stride=8, return_schedule=True)
+    _check_rules(schedule, 36, codec.config.streaming_history_frames, codec.config.streaming_history_frames)
+    assert got.shape == want.shape
+    assert max_abs(got, want) <= F32_MAX_ABS
+    short = codec.decode_windowed(codes, stride=8, history=2, holdback=0)
+    print(f"windowed history 24: {max_abs(got, want):.2e}; history 2: {max_abs(short, want):.2e}")
+    assert max_abs(short, want) > 1e-4
+
+
+# --------------------------------------------------------------------------- chunked encode
+
+
+@pytest.mark.parametrize("pad_to,seconds,chunk_seconds", [("code_frame", 6.2, 1.0), ("frame_length", 2.0, 0.5)])
+def test_encode_chunked_equals_one_shot(codec, pad_to, seconds, chunk_seconds):
+    # 6.2 s is more than the encoder transformer's 512-latent-frame window (5.9 s); the
+    # odd lengths leave a short last chunk, padded per policy (frame_length: 2 s + 77
+    # samples = 173 latent frames, not a multiple of 4, so the downsample pads it).
+    audio = signal(int(seconds * 44100) + 77, seed=4)
+    want = codec.encode(audio, pad_to=pad_to, return_stages=True)
+    got = codec.encode_chunked(audio, chunk_seconds=chunk_seconds, pad_to=pad_to, return_stages=True)
+    lat_want = want.stages["latent"].reshape(got.stages["latent"].shape)
+    lat, pre = rel_rms(got.stages["latent"], lat_want), rel_rms(got.stages["pre_module"], want.stages["pre_module"])
+    flips = got.codes != want.codes
+    print(f"encode_chunked {pad_to}: latent rel RMS {lat:.2e}, pre-VQ rel RMS {pre:.2e}, "
+          f"{int(flips.sum())} codes differ")
+    assert got.codes.shape == want.codes.shape and lat <= 1e-5 and pre <= 1e-5
+    assert np.all(want.margins[flips] < 1e-4), "only near-ties may flip"
+
+
+def test_encode_chunked_short_input_and_bounded_graphs(codec):
+    audio = signal(3000, seed=9)
+    codes, margins = codec.encode_chunked(audio, chunk_seconds=1.0, return_margins=True)
+    assert np.array_equal(codes, codec.encode(audio)) and margins.shape == codes.shape
+    codec.clear_cache()
+    codec.encode_chunked(signal(2 * 44100, seed=1), chunk_seconds=0.25)
+    keys = [k for k in codec._cache.graphs if k[0].startswith("stream-enc")]
+    chunk = 5 * 2048  # round(0.25 s / 2048 samples) frames
+    assert keys and all(k[1] <= chunk for k in keys), f"graphs are sized by the chunk, not the input: {keys}"
+    with pytest.raises(pyggml_codec.InputError):
+        codec.encode_chunked(np.zeros(0, np.float32))
