@@ -1,0 +1,252 @@
+"""``pyggml-codec`` / ``python -m pyggml_codec``: the command line, a thin shell over the API.
+
+    pyggml-codec encode IN.wav -m MODEL.gguf -o OUT.npz     (.npz, .npy or .s2voice)
+    pyggml-codec decode IN.npz -m MODEL.gguf -o OUT.wav
+    pyggml-codec roundtrip IN.wav -m MODEL.gguf -o OUT.wav
+    pyggml-codec encode DIR -m MODEL.gguf -o OUTDIR          (mirrors the tree; decode too)
+    pyggml-codec info MODEL.gguf [--json]
+    pyggml-codec convert SRC.pth OUT.gguf | convert --extract MERGED.gguf OUT.gguf
+    pyggml-codec backends [--json]
+    pyggml-codec demo                                       (no model needed)
+
+Exit status: 0 success, 1 error (bad or missing file, failed run, any failure in
+directory mode), 2 usage error. Errors are one line on stderr, ``pyggml-codec: error: ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import tempfile
+import traceback
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import __version__
+from .cli import USER_ERRORS, CliError, cmd_decode, cmd_encode, cmd_roundtrip
+from .cli_inspect import cmd_backends, cmd_info
+from .codec import PAD_POLICIES, PRECISIONS
+from .codefiles import EXTENSIONS as CODE_EXTENSIONS
+from .runtime import BACKEND_NAMES
+
+PROG = "pyggml-codec"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def _common_parent() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("output")
+    g.add_argument("-q", "--quiet", action="store_true", help="no summary or progress (errors and warnings stay)")
+    g.add_argument("-v", "--verbose", action="count", default=0, help="per-file lines and library logs; -vv: tracebacks")
+    return p
+
+
+def _backend_parent() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("backend")
+    g.add_argument("--backend", choices=BACKEND_NAMES, default="auto", help="ggml backend (default auto: a GPU if any)")
+    g.add_argument("--device", type=int, default=0, help="device index within the backend (default 0)")
+    g.add_argument("--threads", type=_positive_int, default=None, help="CPU threads (default: usable cores)")
+    g.add_argument("--precision", choices=PRECISIONS, default="f32",
+                   help="f32 (exact reference, default) or s2cpp (F16 conv inputs, as the C++ engine)")
+    g.add_argument("--strict-backend", action="store_true", help="fail instead of falling back to CPU")
+    g.add_argument("--pad-to", choices=PAD_POLICIES, default="code_frame",
+                   help="encode padding: code_frame (upstream, default) or frame_length (C++ engine)")
+    g.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    return p
+
+
+def _model_parent() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("-m", "--model", type=Path, required=True, help="codec GGUF (fish-speech-codec or merged fish-speech)")
+    p.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
+    return p
+
+
+def _audio_options(p: argparse.ArgumentParser, reads: bool, writes: bool) -> None:
+    if reads:
+        p.add_argument("--resample", choices=("soxr", "linear"), default="soxr",
+                       help="for input not at the model's rate: soxr (high quality, default) or linear (C++ engine)")
+    if writes:
+        p.add_argument("--subtype", choices=("float", "pcm16"), default="float",
+                       help="output samples: 32-bit float (default) or 16-bit PCM")
+
+
+def _add_codec_commands(sub, parents: list) -> None:
+    enc = sub.add_parser("encode", parents=parents, help="audio file (or directory) -> code file(s)",
+                         description="Encode audio to codes. Output kind by extension: " + ", ".join(CODE_EXTENSIONS))
+    enc.add_argument("input", type=Path, help="audio file (any libsndfile format) or a directory of them")
+    enc.add_argument("-o", "--output", type=Path, required=True, help="code file, or a directory in directory mode")
+    enc.add_argument("--transcript", default=None, help="text stored with the codes (.s2voice, .npz)")
+    enc.add_argument("--format", choices=("npz", "npy", "s2voice"), default="npz", help="directory mode output kind")
+    _audio_options(enc, reads=True, writes=False)
+    enc.set_defaults(func=cmd_encode)
+
+    dec = sub.add_parser("decode", parents=parents, help="code file (or directory) -> audio file(s)",
+                         description="Decode codes to audio at the model's rate, trimmed to the original length "
+                         "when the code file records it.")
+    dec.add_argument("input", type=Path, help="code file (.npz, .npy, .s2voice) or a directory of them")
+    dec.add_argument("-o", "--output", type=Path, required=True, help="audio file (.wav, .flac, ...) or a directory")
+    dec.add_argument("--no-trim", action="store_true", help="keep the padding of the last code frame")
+    _audio_options(dec, reads=False, writes=True)
+    dec.set_defaults(func=cmd_decode)
+
+    rt = sub.add_parser("roundtrip", parents=parents, help="audio -> codes -> audio",
+                        description="Encode and decode one file; the output is trimmed to the input length.")
+    rt.add_argument("input", type=Path, help="audio file")
+    rt.add_argument("-o", "--output", type=Path, required=True, help="audio file to write")
+    _audio_options(rt, reads=True, writes=True)
+    rt.set_defaults(func=cmd_roundtrip)
+
+
+def _add_tool_commands(sub, common, backend) -> None:
+    info = sub.add_parser("info", parents=[common], help="describe a codec GGUF (no weights loaded)")
+    info.add_argument("model_file", type=Path, metavar="MODEL.gguf")
+    info.add_argument("--json", action="store_true", help="machine-readable output")
+    info.set_defaults(func=cmd_info)
+
+    be = sub.add_parser("backends", parents=[common], help="list ggml backends and devices")
+    be.add_argument("--json", action="store_true", help="machine-readable output")
+    be.set_defaults(func=cmd_backends)
+
+    from .convert import add_convert_arguments
+
+    conv = sub.add_parser("convert", parents=[common], help="upstream checkpoint -> GGUF, or extract from a merged GGUF")
+    add_convert_arguments(conv)
+    conv.add_argument("--force", action="store_true", help="overwrite OUT")
+    conv.set_defaults(func=cmd_convert)
+
+    demo = sub.add_parser("demo", parents=[common, backend], help="run a tiny random-weight model (no files needed)")
+    demo.add_argument("-o", "--output-dir", type=Path, default=None, help="where to write (default: a new temp folder)")
+    demo.add_argument("--seconds", type=_positive_float, default=2.0, help="length of the test signal (default 2)")
+    demo.add_argument("--seed", type=int, default=0, help="random weights seed")
+    demo.set_defaults(func=cmd_demo)
+
+
+def _add_diagnostics(sub) -> None:
+    """Subcommands of pyggml_codec.diagnostics (compare, bench-backends), when that module offers them."""
+    name = f"{__package__}.diagnostics"
+    try:
+        diagnostics = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            return
+        print(f"{PROG}: warning: diagnostics commands unavailable ({exc})", file=sys.stderr)
+        return
+    except Exception as exc:  # noqa: BLE001 - a broken optional module must not take encode/decode down
+        print(f"{PROG}: warning: diagnostics commands unavailable ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return
+    if hasattr(diagnostics, "register_cli"):
+        diagnostics.register_cli(sub)
+
+
+def get_parser() -> argparse.ArgumentParser:
+    common, backend, model = _common_parent(), _backend_parent(), _model_parent()
+    parser = argparse.ArgumentParser(prog=PROG, description="The Fish Audio S2 Pro codec on ggml.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_codec_commands(sub, [common, model, backend])
+    _add_tool_commands(sub, common, backend)
+    _add_diagnostics(sub)
+    return parser
+
+
+# --------------------------------------------------------------------------- commands defined here
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from .convert import run_convert
+
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise CliError(f"{out} exists (use --force to overwrite)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        args.out = Path(tmp)
+        run_convert(args)
+        os.replace(tmp, out)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+        args.out = out
+    if not args.quiet:
+        print(out)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(args)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    text = str(message).removeprefix("pyggml_codec: ")
+    print(f"{PROG}: warning: {text}", file=sys.stderr)
+
+
+def _setup_logging(verbose: int) -> None:
+    if verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s: %(message)s"))
+        log = logging.getLogger("pyggml_codec")
+        log.addHandler(handler)
+        log.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (argparse usage errors exit 2 directly)."""
+    args = get_parser().parse_args(argv)
+    verbose = getattr(args, "verbose", 0)
+    args.quiet = getattr(args, "quiet", False)
+    _setup_logging(verbose)
+    previous = warnings.showwarning
+    warnings.showwarning = _show_warning
+    try:
+        return int(args.func(args) or 0)
+    except CliError as exc:
+        return _fail(str(exc), exc.status, verbose)
+    except USER_ERRORS as exc:
+        return _fail(str(exc) or type(exc).__name__, 1, verbose)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130, verbose)
+    finally:
+        warnings.showwarning = previous
+
+
+def _fail(message: str, status: int, verbose: int) -> int:
+    if verbose > 1:
+        traceback.print_exc()
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

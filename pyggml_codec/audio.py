@@ -1,0 +1,149 @@
+"""Audio files and resampling: soundfile read/write, downmix, two resamplers.
+
+Arrays are float32, mono, shape ``(n,)``. Reading accepts any format the installed
+libsndfile opens (WAV, FLAC, OGG/Vorbis, MP3 with libsndfile >= 1.1, AIFF, ...); stereo
+and multichannel files are averaged to mono, as both upstream and the C++ engine do.
+
+Two resamplers (S2_CODEC.md section 8.2):
+
+* ``"soxr"`` - libsoxr, high quality (the optional extra ``pyggml_codec[resample]``);
+  close to upstream's windowed-sinc resampling;
+* ``"linear"`` - the C++ engine's linear interpolation, reproduced exactly (see
+  :func:`resample_linear`), for bit-level comparisons against that engine.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ._fileio import atomic_path
+from .errors import AudioFileError
+
+RESAMPLE_METHODS = ("soxr", "linear")
+SUBTYPES = {"FLOAT": "FLOAT", "PCM_16": "PCM_16", "float": "FLOAT", "pcm16": "PCM_16"}
+
+
+def read_audio(path: str | os.PathLike) -> tuple[np.ndarray, int, int]:
+    """``(mono float32 (n,), original sample rate, original channel count)`` of a file.
+
+    Multichannel audio is downmixed by the mean of the channels. A missing file raises
+    ``FileNotFoundError``; one libsndfile cannot decode raises :class:`AudioFileError`.
+    """
+    import soundfile as sf
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such audio file")
+    try:
+        data, rate = sf.read(str(path), dtype="float32", always_2d=True)  # (n, channels)
+    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
+        raise AudioFileError(f"{path}: cannot decode audio ({exc})") from None
+    if data.shape[0] == 0:
+        raise AudioFileError(f"{path}: the file holds no samples")
+    channels = int(data.shape[1])
+    mono = data[:, 0] if channels == 1 else data.mean(axis=1, dtype=np.float64)
+    return np.ascontiguousarray(mono, dtype=np.float32), int(rate), channels
+
+
+def resample(x: np.ndarray, src: int, dst: int, method: str = "soxr") -> np.ndarray:
+    """Resample mono ``x`` ``(n,)`` from ``src`` Hz to ``dst`` Hz; float32 out.
+
+    ``method="soxr"`` (high quality; needs ``pip install pyggml_codec[resample]``) or
+    ``"linear"`` (the C++ engine's interpolation, exact). Equal rates return a float32 copy.
+    """
+    if method not in RESAMPLE_METHODS:
+        raise ValueError(f"method must be one of {RESAMPLE_METHODS}, got {method!r}")
+    if int(src) < 1 or int(dst) < 1:
+        raise ValueError(f"sample rates must be positive, got {src} -> {dst}")
+    x = np.asarray(x)
+    if x.ndim != 1:
+        raise ValueError(f"resample expects mono audio of shape (n,), got {x.shape}")
+    if int(src) == int(dst):
+        return np.array(x, dtype=np.float32)
+    if method == "linear":
+        return resample_linear(x, int(src), int(dst))
+    return _soxr().resample(np.asarray(x, dtype=np.float32), int(src), int(dst), quality="HQ").astype(np.float32)
+
+
+def _soxr():
+    try:
+        import soxr
+    except ImportError as exc:
+        raise ImportError(
+            "resampling with method='soxr' needs the soxr package: pip install 'pyggml_codec[resample]' "
+            "(or use method='linear', the C++ engine's interpolation)"
+        ) from exc
+    return soxr
+
+
+def resample_linear(x: np.ndarray, src: int, dst: int) -> np.ndarray:
+    """The C++ engine's linear resampler, vectorized, in float64 like the original.
+
+    ratio = dst / src; out_len = ceil(n * ratio); output sample i reads position
+    p = i / ratio, idx = floor(p), frac = p - idx, and takes
+    ``x[idx] * (1 - frac) + x[idx + 1] * frac`` when idx + 1 < n, ``x[idx]`` when
+    idx < n, else 0.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[0]
+    ratio = float(dst) / float(src)
+    out_len = math.ceil(n * ratio)
+    p = np.arange(out_len, dtype=np.float64) / ratio
+    idx = np.floor(p).astype(np.int64)
+    frac = p - idx
+    padded = np.concatenate([x, np.zeros(2)])  # x[idx + 1] for idx = n - 1 reads a 0, masked below
+    safe = np.minimum(idx, n)
+    interp = padded[safe] * (1.0 - frac) + padded[safe + 1] * frac
+    out = np.where(idx + 1 < n, interp, np.where(idx < n, padded[safe], 0.0))
+    return out.astype(np.float32)
+
+
+def write_audio(path: str | os.PathLike, x: np.ndarray, rate: int, subtype: str = "FLOAT") -> Path:
+    """Write mono ``x`` ``(n,)`` atomically (temp file in the same folder, then ``os.replace``).
+
+    The container follows the extension (``.wav``, ``.flac``, ...). ``subtype``: "FLOAT"
+    (32-bit float, lossless for the decoder's output) or "PCM_16" (also spelled "float",
+    "pcm16"). Samples outside [-1, 1] are kept as they are in FLOAT files and clipped in
+    PCM_16 files; either way a ``UserWarning`` gives their count.
+    """
+    import soundfile as sf
+
+    if subtype not in SUBTYPES:
+        raise ValueError(f"subtype must be one of {sorted(set(SUBTYPES.values()))}, got {subtype!r}")
+    subtype = SUBTYPES[subtype]
+    if int(rate) < 1:
+        raise ValueError(f"sample rate must be positive, got {rate}")
+    path = Path(path)
+    fmt = audio_format(path)
+    if not sf.check_format(fmt, subtype):
+        raise AudioFileError(f"{path}: {fmt} files cannot hold {subtype} samples")
+    x = np.asarray(x, dtype=np.float32).reshape(-1)
+    over = int(np.count_nonzero(np.abs(x) > 1.0))
+    if over:
+        warnings.warn(f"pyggml_codec: {over} samples exceed [-1, 1] and will clip", UserWarning, stacklevel=2)
+        if subtype != "FLOAT":
+            x = np.clip(x, -1.0, 1.0)
+    try:
+        with atomic_path(path) as tmp:
+            sf.write(str(tmp), x, int(rate), subtype=subtype, format=fmt)
+    except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
+        raise AudioFileError(f"{path}: cannot write {fmt} {subtype} audio ({exc})") from None
+    return path
+
+
+def audio_format(path: str | os.PathLike) -> str:
+    """The libsndfile major format an extension names (``.wav`` -> "WAV"); ValueError if none."""
+    import soundfile as sf
+
+    ext = Path(path).suffix.lower().lstrip(".")
+    formats = {k.lower(): k for k in sf.available_formats()}
+    formats.setdefault("aif", "AIFF")
+    formats.setdefault("oga", "OGG")
+    if ext not in formats:
+        raise ValueError(f"{path}: unknown audio extension {Path(path).suffix!r} (try .wav or .flac)")
+    return formats[ext]

@@ -1,0 +1,356 @@
+"""The codec commands of the CLI: encode, decode, roundtrip, for one file or a directory tree.
+
+Every check that needs no model (paths, extensions, option combinations, existing outputs,
+unreadable inputs in single-file mode) runs before the model is loaded. Outputs are written
+atomically. In directory mode a bad file is reported and skipped; the command then exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__, load
+from .audio import audio_format, read_audio, resample, write_audio
+from .codec import Codec
+from .codefiles import EXTENSIONS as CODE_EXTENSIONS
+from .codefiles import CodeFile, format_of, read_codes, write_codes
+from .config import CodecConfig
+from .errors import CodecError
+from .inputs import MAX_DECODE_FRAMES, MAX_ENCODE_SECONDS
+
+AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff", ".au", ".caf", ".w64", ".rf64")
+USER_ERRORS = (CodecError, OSError, ValueError, ImportError)
+DECODE_CHUNK_FRAMES = 256  # chunk length for inputs past the one-shot limit (exact: stateful stream)
+ENCODE_CHUNK_SECONDS = 10.0
+
+
+class CliError(Exception):
+    """A user error: printed as one line; ``status`` 2 for usage, 1 otherwise."""
+
+    def __init__(self, message: str, status: int = 1):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Summary:
+    """What one encode or decode did, for the one-line report."""
+
+    label: str
+    audio_seconds: float
+    frames: int
+    wall: float
+    backend: str
+
+    def line(self) -> str:
+        speed = self.audio_seconds / self.wall if self.wall > 0 else float("inf")
+        return (f"{self.label}: {self.audio_seconds:.2f} s audio, {self.frames} frames, {self.wall:.3f} s, "
+                f"{speed:.1f}x real time, backend {self.backend}")
+
+
+class Progress:
+    """A one-line progress bar on stderr (no dependency); silent unless enabled."""
+
+    def __init__(self, total: int, enabled: bool, width: int = 28):
+        self.total, self.enabled, self.width, self.done = total, enabled and total > 0, width, 0
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        if self.enabled:
+            filled = self.width * self.done // self.total
+            bar = "#" * filled + "." * (self.width - filled)
+            sys.stderr.write(f"\r[{bar}] {self.done}/{self.total} {label[-40:]:<40}")
+            sys.stderr.flush()
+
+    def note(self, text: str) -> None:
+        """Print a line above the bar."""
+        sys.stderr.write(("\r\033[K" if self.enabled else "") + text + "\n")
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def progress_enabled(args: argparse.Namespace) -> bool:
+    return not args.quiet and (args.progress or sys.stderr.isatty())
+
+
+def report(args: argparse.Namespace, text: str) -> None:
+    if not args.quiet:
+        print(text, file=sys.stderr)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_model_path(path: Path) -> None:
+    if not path.exists():
+        raise CliError(f"{path}: no such model file")
+    if not path.is_file():
+        raise CliError(f"{path}: the model is not a file")
+
+
+def check_output(path: Path, force: bool) -> None:
+    """Refuse to overwrite without --force, or to write over a directory."""
+    if path.is_dir():
+        raise CliError(f"{path}: output is a directory")
+    if path.exists() and not force:
+        raise CliError(f"{path} exists (use --force to overwrite)")
+
+
+def check_input(path: Path) -> None:
+    if not path.exists():
+        raise CliError(f"{path}: no such file or directory")
+
+
+def check_code_extension(path: Path, what: str = "output") -> str:
+    if path.suffix.lower() not in CODE_EXTENSIONS:
+        raise CliError(f"{path}: {what} must end in one of {', '.join(CODE_EXTENSIONS)}", status=2)
+    return format_of(path)
+
+
+def check_audio_extension(path: Path) -> None:
+    try:
+        audio_format(path)
+    except ValueError:
+        raise CliError(f"{path}: audio output must end in .wav, .flac or another libsndfile extension", status=2) from None
+
+
+def check_transcript(args: argparse.Namespace, kind: str) -> None:
+    if args.transcript is not None and kind == "npy":
+        raise CliError("--transcript needs a .s2voice or .npz output (.npy holds only the codes)", status=2)
+
+
+# --------------------------------------------------------------------------- model
+
+
+def load_codec(args: argparse.Namespace, parts: str) -> Codec:
+    return load(args.model, backend=args.backend, device=args.device, n_threads=args.threads,
+                precision=args.precision, parts=parts, strict_backend=args.strict_backend)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_compatible(cf: CodeFile, cfg: CodecConfig, path: Path) -> None:
+    """The code file was made for a model of this layout (count, sizes, rate, frame)."""
+    if cf.n_codebooks != cfg.n_codebooks:
+        raise CliError(f"{path}: {cf.n_codebooks} codebooks, the model has {cfg.n_codebooks}")
+    if cf.sample_rate is not None and cf.sample_rate != cfg.sample_rate:
+        raise CliError(f"{path}: codes are for {cf.sample_rate} Hz, the model runs at {cfg.sample_rate} Hz")
+    sizes = cf.meta.get("codebook_sizes")
+    if sizes is not None and tuple(sizes) != cfg.quantizer.codebook_sizes:
+        raise CliError(f"{path}: codebook sizes {list(sizes)} differ from the model's {list(cfg.quantizer.codebook_sizes)}")
+    spf = cf.meta.get("samples_per_frame")
+    if spf is not None and spf != cfg.samples_per_frame:
+        raise CliError(f"{path}: {spf} samples per frame, the model has {cfg.samples_per_frame}")
+
+
+def run_encode(codec: Codec, x: np.ndarray, pad_to: str) -> np.ndarray:
+    """One-shot encode, or the chunked one (same codes) past the one-shot length limit."""
+    if x.shape[0] > MAX_ENCODE_SECONDS * codec.config.sample_rate and hasattr(codec, "encode_chunked"):
+        return codec.encode_chunked(x, chunk_seconds=ENCODE_CHUNK_SECONDS, pad_to=pad_to)
+    return codec.encode(x, pad_to=pad_to)
+
+
+def run_decode(codec: Codec, codes: np.ndarray, progress: bool = False) -> np.ndarray:
+    """One-shot decode, or the exact stream decoder past the one-shot frame limit (with a bar)."""
+    n = codes.shape[1]
+    if n <= MAX_DECODE_FRAMES or not hasattr(codec, "stream_decoder"):
+        return codec.decode(codes)
+    starts = range(0, n, DECODE_CHUNK_FRAMES)
+    bar, parts = Progress(len(starts), progress), []
+    with codec.stream_decoder() as sd:
+        for i in starts:
+            parts.append(sd.push(codes[:, i:i + DECODE_CHUNK_FRAMES]))
+            bar.step(f"frame {min(i + DECODE_CHUNK_FRAMES, n)}/{n}")
+    bar.close()
+    return np.concatenate(parts)
+
+
+# --------------------------------------------------------------------------- one file
+
+
+@dataclass
+class Audio:
+    samples: np.ndarray  # (n,) float32 at the model's rate once prepared
+    rate: int
+    channels: int
+    path: Path
+
+
+def read_input_audio(path: Path) -> Audio:
+    x, rate, channels = read_audio(path)
+    return Audio(x, rate, channels, path)
+
+
+def to_model_rate(audio: Audio, cfg: CodecConfig, method: str) -> np.ndarray:
+    if audio.rate == cfg.sample_rate:
+        return audio.samples
+    return resample(audio.samples, audio.rate, cfg.sample_rate, method)
+
+
+def encode_audio(codec: Codec, audio: Audio, dst: Path, args: argparse.Namespace, sha: str) -> Summary:
+    cfg = codec.config
+    x = to_model_rate(audio, cfg, args.resample)
+    start = time.perf_counter()
+    codes = run_encode(codec, x, args.pad_to)
+    wall = time.perf_counter() - start
+    meta = {"pad_to": args.pad_to, "model_sha256": sha, "library_version": __version__,
+            "codebook_sizes": cfg.quantizer.codebook_sizes, "samples_per_frame": cfg.samples_per_frame}
+    write_codes(dst, CodeFile(codes, sample_rate=cfg.sample_rate, n_samples=int(x.shape[0]),
+                              transcript=args.transcript, meta=meta))
+    return Summary(f"encoded {audio.path} -> {dst}", x.shape[0] / cfg.sample_rate, codes.shape[1], wall, codec.backend_name)
+
+
+def decode_codes(codec: Codec, cf: CodeFile, src: Path, dst: Path, args: argparse.Namespace) -> Summary:
+    cfg = codec.config
+    check_compatible(cf, cfg, src)
+    start = time.perf_counter()
+    wave = run_decode(codec, cf.codes, progress=progress_enabled(args) and not getattr(args, "in_batch", False))
+    wall = time.perf_counter() - start
+    if cf.n_samples is not None and not args.no_trim:
+        wave = wave[: cf.n_samples]
+    write_audio(dst, wave, cfg.sample_rate, subtype=args.subtype)
+    return Summary(f"decoded {src} -> {dst}", wave.shape[0] / cfg.sample_rate, cf.n_frames, wall, codec.backend_name)
+
+
+# --------------------------------------------------------------------------- directory mode
+
+
+def walk(root: Path, extensions: Iterable[str]) -> list[Path]:
+    """Files under ``root`` whose extension is one of ``extensions``, sorted, hidden ones skipped."""
+    exts = {e.lower() for e in extensions}
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [Path(folder) / f for f in sorted(files) if not f.startswith(".") and Path(f).suffix.lower() in exts]
+    return found
+
+
+def plan_batch(src_root: Path, dst_root: Path, extensions: Iterable[str], out_ext: str,
+               force: bool) -> tuple[list[tuple[Path, Path]], list[Path], list[tuple[Path, str]]]:
+    """(work pairs, skipped existing outputs, failures) for mirroring ``src_root`` into ``dst_root``."""
+    if dst_root.exists() and not dst_root.is_dir():
+        raise CliError(f"{dst_root}: output must be a directory when the input is one")
+    work, skipped, failed, seen = [], [], [], {}
+    for src in walk(src_root, extensions):
+        dst = dst_root / src.relative_to(src_root).with_suffix(out_ext)
+        if dst in seen:
+            failed.append((src, f"output {dst} also comes from {seen[dst]}"))
+            continue
+        seen[dst] = src
+        if dst.exists() and not force:
+            skipped.append(dst)
+        else:
+            work.append((src, dst))
+    return work, skipped, failed
+
+
+def run_batch(args: argparse.Namespace, plan, parts: str, one: Callable[[Codec, Path, Path], Summary]) -> int:
+    work, skipped, failed = plan
+    args.in_batch = True  # one bar for the files, none per file
+    total_files = len(work) + len(failed)
+    if skipped:
+        report(args, f"skipping {len(skipped)} existing output(s) (use --force to overwrite)")
+    summaries: list[Summary] = []
+    if work:
+        with load_codec(args, parts) as codec:
+            bar = Progress(len(work), progress_enabled(args))
+            for src, dst in work:
+                try:
+                    summaries.append(one(codec, src, dst))
+                    if args.verbose and not args.quiet:
+                        bar.note(summaries[-1].line())
+                except (*USER_ERRORS, CliError) as exc:
+                    failed.append((src, str(exc)))
+                bar.step(src.name)
+            bar.close()
+            backend = codec.backend_name
+        if summaries:
+            total = Summary(f"{len(summaries)} file(s)", sum(s.audio_seconds for s in summaries),
+                            sum(s.frames for s in summaries), sum(s.wall for s in summaries), backend)
+            report(args, total.line())
+    if not work and not failed:
+        report(args, "nothing to do")
+    for src, reason in failed:
+        print(f"pyggml-codec: error: {reason if str(src) in reason else f'{src}: {reason}'}", file=sys.stderr)
+    if failed:
+        print(f"pyggml-codec: error: {len(failed)} of {total_files} file(s) failed", file=sys.stderr)
+    return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_encode(args: argparse.Namespace) -> int:
+    check_input(args.input)
+    check_model_path(args.model)
+    if args.input.is_dir():
+        kind = args.format
+        if args.transcript is not None:
+            raise CliError("--transcript applies to one file, not a directory", status=2)
+        plan = plan_batch(args.input, args.output, AUDIO_EXTENSIONS, "." + kind, args.force)
+        sha = file_sha256(args.model)
+        return run_batch(args, plan, "encode",
+                         lambda codec, src, dst: encode_audio(codec, read_input_audio(src), dst, args, sha))
+    kind = check_code_extension(args.output)
+    check_transcript(args, kind)
+    check_output(args.output, args.force)
+    audio = read_input_audio(args.input)
+    sha = file_sha256(args.model)
+    with load_codec(args, "encode") as codec:
+        report(args, encode_audio(codec, audio, args.output, args, sha).line())
+    return 0
+
+
+def cmd_decode(args: argparse.Namespace) -> int:
+    check_input(args.input)
+    check_model_path(args.model)
+    if args.input.is_dir():
+        plan = plan_batch(args.input, args.output, CODE_EXTENSIONS, ".wav", args.force)
+        return run_batch(args, plan, "decode",
+                         lambda codec, src, dst: decode_codes(codec, read_codes(src), src, dst, args))
+    check_code_extension(args.input, "input")
+    check_audio_extension(args.output)
+    check_output(args.output, args.force)
+    cf = read_codes(args.input)
+    with load_codec(args, "decode") as codec:
+        report(args, decode_codes(codec, cf, args.input, args.output, args).line())
+    return 0
+
+
+def cmd_roundtrip(args: argparse.Namespace) -> int:
+    check_input(args.input)
+    check_model_path(args.model)
+    if args.input.is_dir():
+        raise CliError("roundtrip takes one audio file, not a directory", status=2)
+    check_audio_extension(args.output)
+    check_output(args.output, args.force)
+    audio = read_input_audio(args.input)
+    with load_codec(args, "all") as codec:
+        cfg = codec.config
+        x = to_model_rate(audio, cfg, args.resample)
+        start = time.perf_counter()
+        codes = run_encode(codec, x, args.pad_to)
+        wave = run_decode(codec, codes, progress_enabled(args))[: x.shape[0]]
+        wall = time.perf_counter() - start
+        write_audio(args.output, wave, cfg.sample_rate, subtype=args.subtype)
+        report(args, Summary(f"roundtrip {args.input} -> {args.output}", x.shape[0] / cfg.sample_rate,
+                             codes.shape[1], wall, codec.backend_name).line())
+    return 0

@@ -1,0 +1,119 @@
+"""The inspection commands of the CLI: ``info`` (what a GGUF holds) and ``backends``.
+
+Neither loads weights onto a backend: ``info`` reads the metadata and tensor table only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from .config import CodecConfig
+from .errors import ModelFileError
+from .gguf_file import ModelFile
+from .model import codec_prefix
+from .runtime import available_backends, devices
+from .weights import PARTS, check_tensors, expected_tensors, ffn_width_reader
+
+
+def model_info(path: Path) -> dict[str, Any]:
+    """Architecture, configuration, tensor counts and bytes per part of a codec GGUF."""
+    mf = ModelFile.open(path)
+    prefix = codec_prefix(mf)
+    cfg = CodecConfig.from_metadata(mf.metadata)
+    specs = expected_tensors(cfg, ffn_width_reader(mf, prefix))
+    codec_tensors = {name: t for name, t in mf.tensors.items() if name.startswith(prefix)}
+    part_bytes = {part: 0 for part in PARTS}
+    for spec in specs:
+        info = mf.tensors.get(prefix + spec.name)
+        if info is None:
+            continue
+        part_bytes["all"] += info.nbytes
+        for part in spec.parts:
+            part_bytes[part] += info.nbytes
+    types = Counter(t.type_name for t in codec_tensors.values())
+    type_bytes = Counter()
+    for t in codec_tensors.values():
+        type_bytes[t.type_name] += t.nbytes
+    try:
+        check_tensors(mf, specs, prefix)
+        problem = None
+    except ModelFileError as exc:
+        problem = str(exc)
+    return {
+        "path": str(path),
+        "file_bytes": path.stat().st_size,
+        "architecture": mf.architecture,
+        "tensor_prefix": prefix,
+        "config": _config_dict(cfg),
+        "tensors": {"in_file": len(mf.tensors), "codec": len(codec_tensors), "expected": len(specs)},
+        "bytes_per_part": part_bytes,
+        "dtypes": {name: {"tensors": n, "bytes": type_bytes[name]} for name, n in sorted(types.items())},
+        "loadable": problem is None,
+        "problem": problem,
+    }
+
+
+def _config_dict(cfg: CodecConfig) -> dict[str, Any]:
+    out = dataclasses.asdict(cfg)
+    out["derived"] = {
+        "n_codebooks": cfg.n_codebooks,
+        "codebook_sizes": list(cfg.quantizer.codebook_sizes),
+        "samples_per_frame": cfg.samples_per_frame,
+        "frames_per_second": cfg.sample_rate / cfg.samples_per_frame,
+        "streaming_history_frames": cfg.streaming_history_frames,
+    }
+    return out
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def format_info(info: dict[str, Any]) -> str:
+    cfg = info["config"]
+    d, q, rvq = cfg["derived"], cfg["quantizer"], cfg["rvq_transformer"]
+    lines = [
+        f"{info['path']}: {_mb(info['file_bytes'])}, architecture {info['architecture']}"
+        + (f" (codec tensors under {info['tensor_prefix']!r})" if info["tensor_prefix"] else ""),
+        f"  sample rate      {cfg['sample_rate']} Hz, hop {cfg['hop_length']}, frame_length {cfg['frame_length']}",
+        f"  code frames      {d['samples_per_frame']} samples ({d['frames_per_second']:.2f} frames/s)",
+        f"  codebooks        {d['n_codebooks']} (1 semantic + {q['n_residual']} residual), sizes {d['codebook_sizes']}",
+        (f"  encoder          dim {cfg['encoder']['dim']}, rates {cfg['encoder']['rates']}, "
+         f"transformer layers {cfg['encoder']['transformer_layers']}, latent {cfg['encoder']['latent_dim']}"),
+        f"  decoder          dim {cfg['decoder']['dim']}, rates {cfg['decoder']['rates']}",
+        f"  rvq transformer  {rvq['n_layer']} layers, dim {rvq['dim']}, {rvq['n_head']} heads, window {rvq['window']}",
+        (f"  tensors          {info['tensors']['codec']} codec ({info['tensors']['in_file']} in file, "
+         f"{info['tensors']['expected']} expected)"),
+        "  bytes            " + ", ".join(f"{p} {_mb(n)}" for p, n in info["bytes_per_part"].items()),
+        "  dtypes           " + ", ".join(f"{t}: {v['tensors']} tensors, {_mb(v['bytes'])}" for t, v in info["dtypes"].items()),
+        "  loadable         " + ("yes" if info["loadable"] else f"NO: {info['problem']}"),
+    ]
+    return "\n".join(lines)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    if not args.model_file.is_file():
+        from .cli import CliError
+
+        raise CliError(f"{args.model_file}: no such model file")
+    info = model_info(args.model_file)
+    print(json.dumps(info, indent=2) if args.json else format_info(info))
+    return 0 if info["loadable"] else 1
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    devs = [dataclasses.asdict(d) for d in devices()]
+    names = available_backends()
+    if args.json:
+        print(json.dumps({"backends": names, "devices": devs}, indent=2))
+        return 0
+    print("backends: " + ", ".join(names))
+    for d in devs:
+        memory = f"{d['memory_free'] / 2**30:.1f} GiB free of {d['memory_total'] / 2**30:.1f} GiB"
+        print(f"  [{d['index']}] {d['backend']:<7} {d['kind']:<5} {d['name']}: {d['description']} ({memory})")
+    return 0
