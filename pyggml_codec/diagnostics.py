@@ -1,0 +1,373 @@
+"""Stage dumps, their comparison, and the ``compare`` / ``bench-backends`` commands.
+
+A dump is one ``.npz``: every stage tensor of one encode or decode, plus the inputs and
+outputs, and a ``__meta__`` entry (a JSON string: library version, backend, precision,
+model file, stage order, the layout of each stage). Every float stage is stored
+channel-first, numpy shape ``(C, T)``, the upstream torch layout without the batch axis,
+so a dump of this library and one of the reference (``tools/reference_dump.py``) line up:
+
+    stage                         dump shape         what Codec returns
+    codes (decode in, encode out) (n_codebooks, T)   same
+    dec.vq_sum, dec.post_module   (input_dim, T)     (T, input_dim): transposed here
+    dec.upsample{i}, dec.latent   (input_dim, L)     same
+    dec.block{i}                  (C_i, L_i)         same
+    dec.pre_tanh                  (1, n)             (n,): a row added here
+    audio (decode out)            (n,)               same
+    audio (encode in)             (n,)               the float32 mono samples encode saw
+    enc.block{i}, latent          (C_i, L_i)         same
+    enc.downsample{i}             (input_dim, L_i)   same
+    pre_module, enc.vq{i}.residual (input_dim, T)    (T, input_dim): transposed here
+    enc.vq{i}.codes               (T,)               same
+
+``enc.vq{i}.residual`` is the residual entering VQ stage i (``enc.vq0.residual`` equals
+``pre_module``); ``enc.vq{i}.codes`` is that stage's code row.
+
+Comparison (:func:`compare`, :class:`Report`) lives in :mod:`pyggml_codec.compare`; the
+backend benchmark in :mod:`pyggml_codec.bench`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import math
+import os
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._fileio import atomic_path
+from .compare import CompareError, CompareUsageError, Report, compare  # noqa: F401  (re-exported)
+from .config import CodecConfig
+from .errors import CodecError
+from .inputs import check_audio
+
+DUMP_FORMAT = "pyggml_codec.dump"
+DUMP_VERSION = 1
+META_KEY = "__meta__"
+PROG = "pyggml-codec"
+# Stages the codec returns time-major, numpy (T, C); the dump transposes them to (C, T).
+TIME_MAJOR = ("dec.vq_sum", "dec.post_module", "pre_module", "enc.vq*.residual")
+
+__all__ = [
+    "Dump", "DumpError", "Report", "compare", "dump_decode", "dump_encode", "load_dump", "save_dump",
+    "decode_stage_shapes", "encode_stage_shapes", "register_cli",
+]
+
+
+class DumpError(CodecError, ValueError):
+    """A dump cannot be written or read, or a stage does not have its documented shape."""
+
+
+@dataclass
+class Dump:
+    """Stage arrays in stage order (numpy shapes, see the module docstring) and the metadata."""
+
+    stages: dict[str, np.ndarray]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stage_order(self) -> list[str]:
+        return list(self.stages)
+
+
+# --------------------------------------------------------------------------- documented shapes
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def decode_stage_shapes(cfg: CodecConfig, n_frames: int) -> dict[str, tuple[int, ...]]:
+    """Every decode dump entry -> its (C, T) shape, in stage order, for ``n_frames`` code frames."""
+    d, q = cfg.quantizer.input_dim, cfg.quantizer
+    shapes: dict[str, tuple[int, ...]] = {"codes": (q.n_codebooks, n_frames),
+                                          "dec.vq_sum": (d, n_frames), "dec.post_module": (d, n_frames)}
+    length = n_frames
+    for i, factor in enumerate(reversed(q.downsample)):
+        length *= factor
+        shapes[f"dec.upsample{i}"] = (d, length)
+    shapes["dec.latent"] = (d, length)
+    for i, rate in enumerate(cfg.decoder.rates):
+        length *= rate
+        shapes[f"dec.block{i + 1}"] = (cfg.decoder.channels[i + 1], length)
+    shapes["dec.pre_tanh"] = (1, length)
+    shapes["audio"] = (length,)
+    return shapes
+
+
+def encode_stage_shapes(cfg: CodecConfig, n_samples: int, pad_to: str = "code_frame") -> dict[str, tuple[int, ...]]:
+    """Every encode dump entry -> its shape, in stage order, for ``n_samples`` input samples."""
+    unit = cfg.samples_per_frame if pad_to == "code_frame" else cfg.frame_length
+    length = _ceil_div(n_samples, unit) * unit
+    shapes: dict[str, tuple[int, ...]] = {"audio": (n_samples,)}
+    for i, rate in enumerate(cfg.encoder.rates):
+        length = _ceil_div(length, rate)
+        shapes[f"enc.block{i + 1}"] = (cfg.encoder.channels[i + 1], length)
+    shapes["latent"] = (cfg.encoder.latent_dim, length)
+    d = cfg.quantizer.input_dim
+    for i, factor in enumerate(cfg.quantizer.downsample):
+        length = _ceil_div(length, factor)
+        shapes[f"enc.downsample{i}"] = (d, length)
+    shapes["pre_module"] = (d, length)
+    for i in range(cfg.n_codebooks):
+        shapes[f"enc.vq{i}.residual"] = (d, length)
+        shapes[f"enc.vq{i}.codes"] = (length,)
+    shapes["codes"] = (cfg.n_codebooks, length)
+    return shapes
+
+
+def _time_major(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in TIME_MAJOR)
+
+
+def to_dump_layout(name: str, arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The codec's array for stage ``name`` in the dump's layout ``shape``, or DumpError.
+
+    Accepted codec shapes: ``shape`` itself; for time-major stages ``(T, C)``; and the
+    forms with a size-1 axis dropped (ggml's download drops trailing 1s of ``ne``).
+    """
+    arr = np.asarray(arr)
+    native = tuple(reversed(shape)) if _time_major(name) else shape
+    squeezed = tuple(n for i, n in enumerate(native) if not (i == 0 and n == 1))
+    if arr.shape not in (native, squeezed):
+        raise DumpError(f"stage {name}: codec array has shape {arr.shape}; expected {native}"
+                        f"{' (time-major)' if _time_major(name) else ''} for dump shape {shape}")
+    arr = arr.reshape(native)
+    return np.ascontiguousarray(arr.T if _time_major(name) else arr)
+
+
+def _layout_note(name: str, shape: tuple[int, ...]) -> str:
+    if len(shape) == 1:
+        return "T" if name != "audio" else "n"
+    if name == "codes":
+        return "K,T"
+    if _time_major(name):
+        return "C,T (codec returns T,C: transposed)"
+    if name == "dec.pre_tanh":
+        return "C,T (C=1; codec returns (n,): row added)"
+    return "C,T"
+
+
+def _arrange(stages: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    missing = [n for n in shapes if n not in stages]
+    if missing:
+        raise DumpError(f"the codec returned no stage(s) {', '.join(missing)}")
+    out = {n: to_dump_layout(n, stages[n], s) for n, s in shapes.items()}
+    for name in stages:  # stages this module does not know yet: kept as the codec gave them
+        if name not in out:
+            out[name] = np.ascontiguousarray(stages[name])
+    return out
+
+
+# --------------------------------------------------------------------------- writing and reading
+
+
+def _meta(codec, kind: str, stages: dict[str, np.ndarray], extra: dict[str, Any]) -> dict[str, Any]:
+    from . import __version__
+
+    source = getattr(getattr(codec, "_model", None), "source", None)
+    model_file = str(source) if source is not None else None
+    return {
+        "format": DUMP_FORMAT, "format_version": DUMP_VERSION, "kind": kind, "producer": "pyggml_codec",
+        "library_version": __version__, "backend": codec.backend_name, "precision": codec.precision,
+        "model_file": model_file,
+        "model_bytes": os.path.getsize(model_file) if model_file and os.path.isfile(model_file) else None,
+        "sample_rate": codec.sample_rate, "samples_per_frame": codec.config.samples_per_frame,
+        "lowerings": dict(codec.lowerings), **extra,
+        "stage_order": list(stages),
+        "layout": {n: _layout_note(n, tuple(a.shape)) for n, a in stages.items()},
+    }
+
+
+def save_dump(path: str | os.PathLike, stages: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
+    """Write stages and ``meta`` (JSON) to one ``.npz``, atomically; ``stage_order`` is set from ``stages``."""
+    if META_KEY in stages:
+        raise DumpError(f"{META_KEY!r} is reserved for the metadata")
+    meta = {**meta, "stage_order": list(stages)}
+    entries = {n: np.ascontiguousarray(a) for n, a in stages.items()}
+    entries[META_KEY] = np.array(json.dumps(meta, allow_nan=False, default=str))
+    path = Path(path)
+    if path.suffix.lower() != ".npz":
+        raise DumpError(f"{path}: a dump must have the .npz extension")
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, **entries)
+    return path
+
+
+def is_dump(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is an ``.npz`` with a ``__meta__`` entry (False for unreadable files)."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return f"{META_KEY}.npy" in z.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def load_dump(path: str | os.PathLike) -> Dump:
+    """Read a dump written by :func:`save_dump` (or ``tools/reference_dump.py``)."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if META_KEY not in z.files:
+                raise DumpError(f"{path}: not a dump (no {META_KEY} entry)")
+            meta = json.loads(str(z[META_KEY][()]))
+            arrays = {n: z[n] for n in z.files if n != META_KEY}
+    except DumpError:
+        raise
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as exc:
+        raise DumpError(f"{path}: unreadable dump ({exc})") from None
+    order = [n for n in meta.get("stage_order", []) if n in arrays]
+    order += [n for n in arrays if n not in order]
+    return Dump({n: arrays[n] for n in order}, meta)
+
+
+# --------------------------------------------------------------------------- dumping a run
+
+
+def dump_decode(codec, codes, path: str | os.PathLike, **decode_kwargs) -> np.ndarray:
+    """Decode ``codes`` with every stage kept; write them to ``path`` (.npz); return the audio.
+
+    ``decode_kwargs`` go to :meth:`Codec.decode` (``on_invalid_codes``, ``decode_path``).
+    """
+    arr = np.asarray(codes)
+    arr = arr[0] if arr.ndim == 3 and arr.shape[0] == 1 else arr
+    if arr.ndim != 2:
+        raise DumpError(f"codes must be (n_codebooks, T), got shape {arr.shape}")
+    audio, stages = codec.decode(codes, return_stages=True, **decode_kwargs)
+    shapes = decode_stage_shapes(codec.config, arr.shape[1])
+    out = _arrange({**stages, "codes": arr.astype(np.int32), "audio": audio}, shapes)
+    save_dump(path, out, _meta(codec, "decode", out, {"decode_kwargs": decode_kwargs}))
+    return audio
+
+
+def dump_encode(codec, audio, path: str | os.PathLike, **encode_kwargs) -> np.ndarray:
+    """Encode ``audio`` with every stage kept; write them to ``path`` (.npz); return the codes.
+
+    ``encode_kwargs`` go to :meth:`Codec.encode` (``sample_rate``, ``pad_to``, ``mix``);
+    the dump's ``audio`` entry is the float32 mono signal encode saw, before padding.
+    """
+    for key in ("return_stages", "return_margins"):
+        if key in encode_kwargs:
+            raise TypeError(f"dump_encode sets {key} itself")
+    x = check_audio(audio, codec.config, encode_kwargs.get("sample_rate"), encode_kwargs.get("mix"))
+    result = codec.encode(audio, return_stages=True, **encode_kwargs)
+    pad_to = encode_kwargs.get("pad_to", "code_frame")
+    shapes = encode_stage_shapes(codec.config, x.shape[0], pad_to)
+    out = _arrange({**result.stages, "audio": x, "codes": result.codes}, shapes)
+    save_dump(path, out, _meta(codec, "encode", out, {"encode_kwargs": {"pad_to": pad_to, **{
+        k: v for k, v in encode_kwargs.items() if k != "pad_to"}}}))
+    return result.codes
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a number > 0, got 0")
+    return value
+
+
+def register_cli(subparsers) -> None:
+    """Add ``compare`` and ``bench-backends`` to an argparse ``_SubParsersAction``."""
+    cmp_ = subparsers.add_parser(
+        "compare", help="compare two dumps, code files or audio files stage by stage",
+        description="Compare B against the reference A. Exit 0 within tolerance, 1 past it "
+                    "(or an unreadable file), 2 for a usage error (e.g. files of different kinds).")
+    cmp_.add_argument("a", type=Path, metavar="A", help="reference: dump .npz, code file, or audio file")
+    cmp_.add_argument("b", type=Path, metavar="B", help="the same kind of file as A")
+    cmp_.add_argument("--rel-rms", type=_non_negative, default=None, help="float-stage tolerance (default 1e-3)")
+    cmp_.add_argument("--max-abs", type=_non_negative, default=None, help="also limit max |A-B| (default: unchecked)")
+    cmp_.add_argument("--agreement", type=_non_negative, default=None,
+                      help="least fraction of equal codes per codebook (default 1.0)")
+    cmp_.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the report as JSON")
+    cmp_.add_argument("-q", "--quiet", action="store_true", help="print only the verdict line")
+    cmp_.set_defaults(func=cmd_compare)
+
+    bench = subparsers.add_parser(
+        "bench-backends", help="time decode and encode on every available backend",
+        description="Run the same decode and encode on each backend of this ggml build: cold call "
+                    "(graph build + first compute), warm median, compute memory, lowerings, and "
+                    "deltas against the CPU result.")
+    bench.add_argument("-m", "--model", type=Path, required=True, help="codec GGUF")
+    bench.add_argument("--seconds", type=_positive, default=2.0, help="test signal length (default 2)")
+    bench.add_argument("--repeats", type=int, default=3, help="warm runs per measurement (median; default 3)")
+    bench.add_argument("--precision", choices=("f32", "s2cpp"), default="f32", help="codec precision (default f32)")
+    bench.add_argument("--threads", type=int, default=None, help="CPU threads (default: usable cores)")
+    bench.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the results as JSON")
+    bench.set_defaults(func=cmd_bench_backends)
+
+
+def _error(message: str, status: int) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return status
+
+
+def _tolerances_from(args: argparse.Namespace) -> dict[str, float]:
+    names = {"rel_rms": args.rel_rms, "max_abs": args.max_abs, "agreement": args.agreement}
+    return {k: v for k, v in names.items() if v is not None}
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``compare A B``: print the table; 0 within tolerance, 1 past it or unreadable, 2 usage."""
+    for p in (args.a, args.b):
+        if not Path(p).is_file():
+            return _error(f"{p}: no such file", 1)
+    try:
+        report = compare(args.a, args.b, _tolerances_from(args))
+    except CompareUsageError as exc:
+        return _error(str(exc), 2)
+    except (CodecError, OSError, ValueError) as exc:
+        return _error(str(exc) or type(exc).__name__, 1)
+    print(report.verdict() if getattr(args, "quiet", False) else report.table())
+    if args.json is not None:
+        try:
+            _write_text(args.json, report.to_json())
+        except OSError as exc:
+            return _error(f"{args.json}: cannot write ({exc.strerror or exc})", 1)
+    return 0 if report.ok else 1
+
+
+def cmd_bench_backends(args: argparse.Namespace) -> int:
+    """``bench-backends -m MODEL``: print the table (and write JSON); 0 when every backend ran."""
+    from .bench import bench_backends
+
+    if not Path(args.model).is_file():
+        return _error(f"{args.model}: no such model file", 1)
+    if args.repeats < 1:
+        return _error(f"--repeats must be >= 1, got {args.repeats}", 2)
+    try:
+        result = bench_backends(args.model, seconds=args.seconds, repeats=args.repeats,
+                                precision=args.precision, n_threads=args.threads)
+    except (CodecError, OSError, ValueError) as exc:
+        return _error(str(exc) or type(exc).__name__, 1)
+    print(result.table())
+    if args.json is not None:
+        try:
+            _write_text(args.json, result.to_json())
+        except OSError as exc:
+            return _error(f"{args.json}: cannot write ({exc.strerror or exc})", 1)
+    return 0 if result.ok else 1
+
+
+def _write_text(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text + "\n")
