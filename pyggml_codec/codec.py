@@ -13,6 +13,7 @@ Graph layout mirrors the C++ engine:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -64,6 +65,11 @@ class _GraphCache:
         while len(self.graphs) > self.size:
             self.graphs.popitem(last=False)[1].free()
         return graph
+
+    def discard(self, key) -> None:
+        graph = self.graphs.pop(key, None)
+        if graph is not None:
+            graph.free()
 
     def clear(self) -> None:
         for graph in self.graphs.values():
@@ -262,15 +268,22 @@ class Codec:
     # ----------------------------------------------------------------- decode
 
     def decode(self, codes, *, on_invalid_codes: str = "clamp", decode_path: str | None = None,
-               return_stages: bool = False):
+               return_stages: bool = False, dump: str | os.PathLike | None = None):
         """Codes ``(n_codebooks, T)`` (or ``(1, n_codebooks, T)``), any integer dtype ->
         float32 audio of ``T * samples_per_frame`` samples.
 
         Out-of-range codes are clamped per codebook with a warning giving the counts
         (``on_invalid_codes="raise"`` raises instead). ``decode_path`` forces "split" or
         "fused"; "auto" uses fused on GPU backends and split on CPU. With
-        ``return_stages=True`` returns ``(audio, {stage name: array})``.
+        ``return_stages=True`` returns ``(audio, {stage name: array})``. ``dump=PATH`` also
+        writes every stage to one ``.npz`` (see :mod:`pyggml_codec.diagnostics`).
         """
+        if dump is not None:
+            if return_stages:
+                raise ValueError("dump= writes the stages; it does not combine with return_stages=True")
+            from .diagnostics import dump_decode
+
+            return dump_decode(self, codes, dump, on_invalid_codes=on_invalid_codes, decode_path=decode_path)
         path = decode_path or self.decode_path
         if path not in DECODE_PATHS:
             raise ValueError(f"decode_path must be one of {DECODE_PATHS}, got {path!r}")
@@ -287,7 +300,7 @@ class Codec:
                     return self._decode_fused(codes, return_stages)
                 except GraphError as exc:
                     self.failed_fused_frames.add(n)
-                    self._cache.graphs.pop(("fused", n), None)
+                    self._cache.discard(("fused", n))
                     logging.getLogger("pyggml_codec").warning(
                         "fused decode of %d frames failed (%s); using the split path for this frame count", n, exc)
             return self._decode_split(codes, return_stages)
@@ -317,7 +330,7 @@ class Codec:
     # ----------------------------------------------------------------- encode
 
     def encode(self, audio, sample_rate: int | None = None, *, pad_to: str = "code_frame", mix: str | None = None,
-               return_margins: bool = False, return_stages: bool = False):
+               return_margins: bool = False, return_stages: bool = False, dump: str | os.PathLike | None = None):
         """Mono audio -> int32 codes ``(n_codebooks, ceil(n / samples_per_frame))``.
 
         ``audio``: float32/float64 in [-1, 1] or int16 PCM (scaled by 1/32768), shape ``(n,)``
@@ -332,7 +345,14 @@ class Codec:
         ``return_margins=True`` returns ``(codes, margins)``: per frame and codebook the gap
         between the best and second-best cosine score, to tell tie flips from bugs.
         ``return_stages=True`` returns an :class:`EncodeResult` with the stage tensors.
+        ``dump=PATH`` also writes every stage to one ``.npz`` (see :mod:`pyggml_codec.diagnostics`).
         """
+        if dump is not None:
+            if return_stages or return_margins:
+                raise ValueError("dump= writes the stages; it does not combine with return_stages/return_margins")
+            from .diagnostics import dump_encode
+
+            return dump_encode(self, audio, dump, sample_rate=sample_rate, pad_to=pad_to, mix=mix)
         if pad_to not in PAD_POLICIES:
             raise ValueError(f"pad_to must be one of {PAD_POLICIES}, got {pad_to!r}")
         with self._lock:

@@ -297,3 +297,23 @@ def test_bench_backends_has_the_cpu_row(tiny_model):
     if pyggml_codec.available_backends() == ["cpu"]:
         assert len(result.rows) == 1 and "only the CPU backend" in result.note
     json.loads(result.to_json())
+
+
+def test_dump_keyword_on_encode_and_decode(tiny_model, tmp_path):
+    """codec.decode(..., dump=PATH) / encode(..., dump=PATH) write the same dumps as diagnostics."""
+    import pyggml_codec
+    from pyggml_codec import diagnostics
+
+    rng = np.random.default_rng(11)
+    codes = np.stack([rng.integers(0, s, 9) for s in (64,) + (32,) * 9])
+    x = (0.2 * rng.standard_normal(5000)).astype(np.float32)
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu") as codec:
+        audio = codec.decode(codes, dump=tmp_path / "d.npz")
+        np.testing.assert_array_equal(audio, codec.decode(codes))
+        got = codec.encode(x, dump=tmp_path / "e.npz")
+        np.testing.assert_array_equal(got, codec.encode(x))
+        with pytest.raises(ValueError, match="dump="):
+            codec.decode(codes, dump=tmp_path / "x.npz", return_stages=True)
+    for name in ("d.npz", "e.npz"):
+        report = diagnostics.compare(tmp_path / name, tmp_path / name)
+        assert report.ok
