@@ -2,7 +2,7 @@
 
     python benchmarks/bench_codec.py                 # full S2 size, 1 s and 10 s, 1 and 2 threads
     python benchmarks/bench_codec.py --quick         # 1 s only, 2 threads, one precision
-    python benchmarks/bench_codec.py --seconds 1 10 60
+    python benchmarks/bench_codec.py --seconds 1 10 60 --variants --windowed 4 16
 
 Builds the full-size random-weight model once (upstream classes from the oracle wheels,
 converted with this project's converter to F32 and F16 files), then runs the oracle and
@@ -42,6 +42,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("bench_out"))
     p.add_argument("--quick", action="store_true", help="1 s, 2 threads, f16 file, s2cpp and f32")
     p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child processes")
+    p.add_argument("--variants", action="store_true",
+                   help="also time the default lowering plan against plain ggml ops and ggml_conv_transpose_1d")
     p.add_argument("--windowed", type=int, nargs="*", default=None, metavar="STRIDE",
                    help="also time the C++ engine's windowed decode at these strides (default 4 16)")
     p.add_argument("--rss-child", nargs=4, metavar=("ENGINE", "MODEL", "SECONDS", "MODE"), help=argparse.SUPPRESS)
@@ -132,6 +134,30 @@ def bench_streaming(codec, codes, seconds: float, reps: int) -> list[dict]:
     return rows
 
 
+VARIANTS = {"plain-ggml-ops": {"kernels": False}, "conv_transpose_1d": {"conv_transpose": "ggml"}}
+
+
+def bench_variants(path: Path, dtype: str, precision: str, threads: int, reps: int) -> list[dict]:
+    """What each optimization moves: the default plan against each alternative, alternately."""
+    import pyggml_codec
+    from parity import random_codes, signal
+
+    x = signal(44100, seed=1)
+    rows = []
+    with pyggml_codec.load(path, backend="cpu", precision=precision, n_threads=threads) as base:
+        codes = random_codes(base.config.quantizer.codebook_sizes, 22, seed=2)
+        for name, plan in VARIANTS.items():
+            with pyggml_codec.load(path, backend="cpu", precision=precision, n_threads=threads,
+                                   lowerings=plan) as alt:
+                for task, a, b in (("decode", lambda: base.decode(codes), lambda: alt.decode(codes)),
+                                   ("encode", lambda: base.encode(x), lambda: alt.encode(x))):
+                    t_base, t_alt = alternate(a, b, reps)
+                    rows.append(dict(task=f"{task} default vs {name}", seconds=1, ours_s=t_base, variant_s=t_alt,
+                                     gain=t_alt / t_base, dtype=dtype, precision=precision, threads=threads))
+                    print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def rss_child(engine: str, model_path: str, seconds: float, mode: str) -> None:
     """Runs in a child: one engine, one task; prints peak RSS in MB as JSON."""
     from parity import random_codes, signal
@@ -177,6 +203,12 @@ def table(rows: list[dict]) -> str:
     lines = ["| file | precision | threads | task | audio s | ours s | PyTorch s | speed-up | first-call extra s "
              "| Python share |", "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [_row(r) for r in rows if "ratio" in r]
+    variants = [r for r in rows if "gain" in r]
+    if variants:
+        lines += ["", "| file | precision | threads | comparison (1 s) | default s | variant s | default faster by |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['dtype']} | {r['precision']} | {r['threads']} | {r['task']} | {r['ours_s']:.3f} | "
+                  f"{r['variant_s']:.3f} | {r['gain']:.2f}x |" for r in variants]
     stream = [r for r in rows if "cost_vs_one_shot" in r]
     if stream:
         lines += ["", "| file | precision | threads | streaming | audio s | ms per frame | vs one-shot per frame |",
@@ -207,6 +239,10 @@ def main(argv=None) -> int:
                             for r in bench_pair(c, model, seconds, args.reps, threads):
                                 rows.append(dict(r, dtype=dtype, precision=precision, threads=threads))
                                 print(json.dumps(rows[-1]), flush=True)
+        if args.variants:
+            for dtype in args.dtypes:
+                for precision in args.precisions:
+                    rows += bench_variants(paths[dtype], dtype, precision, max(args.threads), args.reps)
         rss = {}
         if not args.no_rss:
             runs = [("ours", "decode", 10), ("oracle", "decode", 10), ("ours", "encode", 10), ("oracle", "encode", 10),

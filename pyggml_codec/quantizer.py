@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ops
+from . import convs, ops
 from .config import CONVNEXT_LN_EPS, CodecConfig
 from .ops import Builder, Tensor
 
@@ -29,7 +29,7 @@ def stage_prefixes(n_residual: int) -> list[str]:
 
 def convnext(g: Builder, x: Tensor, w, p: str) -> Tensor:
     """Depthwise causal conv k7 -> LayerNorm -> Linear 4x -> GELU -> Linear -> gamma, plus input. CF in/out."""
-    y = ops.depthwise_conv1d(g, x, w[f"{p}.dwconv.conv.weight"], w[f"{p}.dwconv.conv.bias"])  # CL
+    y = convs.depthwise_conv1d(g, x, w[f"{p}.dwconv.conv.weight"], w[f"{p}.dwconv.conv.bias"])  # CL
     y = ops.layer_norm(g, y, w[f"{p}.norm.weight"], w[f"{p}.norm.bias"], CONVNEXT_LN_EPS)
     y = ops.gelu(g, ops.linear(g, y, w[f"{p}.pwconv1.weight"], w[f"{p}.pwconv1.bias"]))
     y = ops.linear(g, y, w[f"{p}.pwconv2.weight"], w[f"{p}.pwconv2.bias"])
@@ -41,7 +41,7 @@ def downsample(g: Builder, x: Tensor, w, cfg: CodecConfig) -> Tensor:
     """Latent CF -> per factor: causal conv (kernel = stride = factor) + ConvNeXt. CF out."""
     for i, factor in enumerate(cfg.quantizer.downsample):
         p = f"quantizer.downsample.{i}"
-        x = ops.conv1d(g, x, w[f"{p}.0.conv.weight"], w[f"{p}.0.conv.bias"], stride=factor, out="CF")
+        x = convs.conv1d(g, x, w[f"{p}.0.conv.weight"], w[f"{p}.0.conv.bias"], stride=factor, out="CF")
         x = convnext(g, x, w, f"{p}.1")
         g.mark(f"enc.downsample{i}", x)
     return x
@@ -53,7 +53,7 @@ def upsample(g: Builder, x: Tensor, w, cfg: CodecConfig) -> Tensor:
         p = f"quantizer.upsample.{i}"
         if i:
             x = ops.transpose(g, x)
-        x = ops.conv_transpose1d(g, x, w[f"{p}.0.conv.weight"], w[f"{p}.0.conv.bias"], stride=factor)
+        x = convs.conv_transpose1d(g, x, w[f"{p}.0.conv.weight"], w[f"{p}.0.conv.bias"], stride=factor)
         x = convnext(g, x, w, f"{p}.1")
         g.mark(f"dec.upsample{i}", x)
     return x

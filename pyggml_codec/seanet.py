@@ -7,7 +7,7 @@ a conv-transpose reads CL, so each decoder block starts with one transpose.
 
 from __future__ import annotations
 
-from . import ops
+from . import convs, ops
 from .config import CodecConfig
 from .ops import Builder, Tensor
 from .transformer import transformer
@@ -18,9 +18,9 @@ RESIDUAL_DILATIONS = (1, 3, 9)  # fixed in upstream code
 def residual_unit(g: Builder, x: Tensor, w, p: str, dilation: int) -> Tensor:
     """Snake -> conv k7 (dilated) -> Snake -> conv k1, plus the input. CF in and out."""
     h = ops.snake(g, x, w[f"{p}.block.0.alpha"], "CF")
-    h = ops.conv1d(g, h, w[f"{p}.block.1.conv.weight"], w[f"{p}.block.1.conv.bias"], dilation=dilation, out="CL")
+    h = convs.conv1d(g, h, w[f"{p}.block.1.conv.weight"], w[f"{p}.block.1.conv.bias"], dilation=dilation, out="CL")
     h = ops.snake(g, h, w[f"{p}.block.2.alpha"], "CL")
-    h = ops.conv1x1(g, h, w[f"{p}.block.3.conv.weight"], w[f"{p}.block.3.conv.bias"], out="CF")
+    h = convs.conv1x1(g, h, w[f"{p}.block.3.conv.weight"], w[f"{p}.block.3.conv.bias"], out="CF")
     return ops.add(g, x, h)
 
 
@@ -33,7 +33,7 @@ def encoder_block(g: Builder, x: Tensor, w, cfg: CodecConfig, index: int) -> Ten
         x = residual_unit(g, x, w, f"{p}.block.{j}", d)
     x = ops.snake(g, x, w[f"{p}.block.3.alpha"], "CF")
     out = "CL" if n_layers else "CF"
-    x = ops.conv1d(g, x, w[f"{p}.block.4.conv.weight"], w[f"{p}.block.4.conv.bias"], stride=rate, out=out)
+    x = convs.conv1d(g, x, w[f"{p}.block.4.conv.weight"], w[f"{p}.block.4.conv.bias"], stride=rate, out=out)
     if n_layers:
         x = transformer(g, x, w, f"{p}.block.5", cfg.encoder_transformer, n_layers)
         x = ops.transpose(g, x)
@@ -42,21 +42,21 @@ def encoder_block(g: Builder, x: Tensor, w, cfg: CodecConfig, index: int) -> Ten
 
 def encoder(g: Builder, audio: Tensor, w, cfg: CodecConfig) -> Tensor:
     """Wave CF ``[n, 1]`` -> latent CF ``[n / hop, latent_dim]``."""
-    x = ops.conv1d(g, audio, w["encoder.block.0.conv.weight"], w["encoder.block.0.conv.bias"], out="CF")
+    x = convs.conv1d(g, audio, w["encoder.block.0.conv.weight"], w["encoder.block.0.conv.bias"], out="CF")
     n_blocks = len(cfg.encoder.rates)
     for i in range(n_blocks):
         x = encoder_block(g, x, w, cfg, i)
         g.mark(f"enc.block{i + 1}", x)
     x = ops.snake(g, x, w[f"encoder.block.{n_blocks + 1}.alpha"], "CF")
     head = f"encoder.block.{n_blocks + 2}.conv"
-    return ops.conv1d(g, x, w[f"{head}.weight"], w[f"{head}.bias"], out="CF")
+    return convs.conv1d(g, x, w[f"{head}.weight"], w[f"{head}.bias"], out="CF")
 
 
 def decoder_block(g: Builder, x: Tensor, w, cfg: CodecConfig, index: int) -> Tensor:
     """Snake -> conv-transpose (stride = rate) -> residual units. CL in, CF out."""
     p = f"decoder.model.{index + 1}"
     x = ops.snake(g, x, w[f"{p}.block.0.alpha"], "CL")
-    x = ops.conv_transpose1d(g, x, w[f"{p}.block.1.conv.weight"], w[f"{p}.block.1.conv.bias"],
+    x = convs.conv_transpose1d(g, x, w[f"{p}.block.1.conv.weight"], w[f"{p}.block.1.conv.bias"],
                              stride=cfg.decoder.rates[index])
     for j, d in enumerate(RESIDUAL_DILATIONS):
         x = residual_unit(g, x, w, f"{p}.block.{j + 2}", d)
@@ -65,7 +65,7 @@ def decoder_block(g: Builder, x: Tensor, w, cfg: CodecConfig, index: int) -> Ten
 
 def decoder(g: Builder, x: Tensor, w, cfg: CodecConfig) -> Tensor:
     """Latent CF ``[T, latent_dim]`` -> wave ``[T * hop, 1]`` (after tanh)."""
-    x = ops.conv1d(g, x, w["decoder.model.0.conv.weight"], w["decoder.model.0.conv.bias"], out="CL")
+    x = convs.conv1d(g, x, w["decoder.model.0.conv.weight"], w["decoder.model.0.conv.bias"], out="CL")
     n_blocks = len(cfg.decoder.rates)
     for i in range(n_blocks):
         if i:
@@ -74,6 +74,6 @@ def decoder(g: Builder, x: Tensor, w, cfg: CodecConfig) -> Tensor:
         g.mark(f"dec.block{i + 1}", x)
     x = ops.snake(g, x, w[f"decoder.model.{n_blocks + 1}.alpha"], "CF")
     head = f"decoder.model.{n_blocks + 2}.conv"
-    x = ops.conv1d(g, x, w[f"{head}.weight"], w[f"{head}.bias"], out="CF")
+    x = convs.conv1d(g, x, w[f"{head}.weight"], w[f"{head}.bias"], out="CF")
     g.mark("dec.pre_tanh", x)
     return ops.tanh(g, x)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ops
+from . import convs, ops
 from ._ggml import lib
 from .config import TransformerConfig
 from .ops import Builder, Tensor
@@ -94,10 +94,10 @@ def _with_history(g: Builder, k: Tensor, v: Tensor, hist: int) -> tuple[Tensor, 
     out = []
     for t in (k, lib.ggml_cont(g.ctx, v)):
         hd, nkv, n = ops.shape(t)[:3]
-        name, prev = ops.carry_input(g, (hd, nkv, hist))
+        name, prev = convs.carry_input(g, (hd, nkv, hist))
         full = lib.ggml_concat(g.ctx, prev, t, 2)
         nb = full.contents.nb
-        ops.emit_carry(g, name, lib.ggml_view_3d(g.ctx, full, hd, nkv, hist, nb[1], nb[2], n * nb[2]))
+        convs.emit_carry(g, name, lib.ggml_view_3d(g.ctx, full, hd, nkv, hist, nb[1], nb[2], n * nb[2]))
         out.append(full)
     return out[0], out[1]
 

@@ -1,20 +1,7 @@
 #!/usr/bin/env bash
 # Install pyggml_codec with its test extra into a virtual environment and run the tests.
-#   bash scripts/test.sh            the default suite
+#   bash scripts/test.sh                       the default suite
 #   bash scripts/test.sh --run-slow -m slow    the full-size (slow) tests only
-# Environment: PYGGML_VENV (default .venv), TORCH_SPEC (default torch==2.13.0, a CPU build),
-# CMAKE_ARGS (default -DGGML_LLAMAFILE=ON: ggml's fast CPU matmuls; add -DGGML_CUDA=on etc.).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-VENV="${PYGGML_VENV:-.venv}"
-python3 -m venv "$VENV"
-. "$VENV/bin/activate"
-python -m pip install -q --upgrade pip
-python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
-CMAKE_ARGS="${CMAKE_ARGS:--DGGML_LLAMAFILE=ON}" python -m pip install -q -e ".[test]"
-# The independent reference: upstream's PyTorch codec from three PyPI wheels, never installed.
-python -m pip download -q --no-deps -d .oracle_wheels \
-    fish-speech==0.1.0 descript-audio-codec==1.0.0 descript-audiotools==0.7.2
-export PYGGML_ORACLE_WHEELS="$PWD/.oracle_wheels"
-python -c "import pyggml_codec, ggml; print('pyggml_codec', pyggml_codec.__version__, '| ggml', pyggml_codec._ggml.ggml_version(), '| llamafile', pyggml_codec._ggml.has_llamafile())"
+. "$(dirname "$0")/setup.sh"
 python -m pytest -q "$@"

@@ -106,7 +106,7 @@ def test_custom_kernels_match_ggml_ops(tiny_model):
 def test_f16_im2col_kernel_bit_identical(stride, dilation, pad, length):
     if not kernels.AVAILABLE:
         pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
-    from pyggml_codec import ops
+    from pyggml_codec import convs, ops
 
     backend = runtime.start_backend("cpu")
     backend.set_threads(2)
@@ -119,7 +119,7 @@ def test_f16_im2col_kernel_bit_identical(stride, dilation, pad, length):
 
             def build(g):
                 w = g.input("w", np.zeros((3, 6, k), np.float16), ops.F16)
-                cols = ops.im2col(g, w, g.input("x", x), stride, pad, dilation)
+                cols = convs.im2col(g, w, g.input("x", x), stride, pad, dilation)
                 return {"cols": ops.lib.ggml_cast(g.ctx, cols, ops.F32), "w": ops.lib.ggml_cast(g.ctx, w, ops.F32)}
 
             graph.build(build, ops.Builder(ctx=graph.ctx, precision="s2cpp", im2col_kernel=use_kernel))

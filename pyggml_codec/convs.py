@@ -1,0 +1,209 @@
+"""Convolutions as ggml graphs: causal im2col, conv, pointwise conv, conv-transpose, depthwise.
+
+Layouts and precision as stated in ops.py. Each op also has a streamed form, used when the
+builder carries a stream (``ops.Carry``): the left context of a causal conv and the overlap
+tail of a conv-transpose come from carried inputs instead of zeros, and the state for the
+next chunk is emitted as an output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _ggml, kernels
+from ._ggml import lib
+from .ops import F16, F32, Builder, Tensor, add, add_bias, first_columns, mul_mat, reshape_2d, shape, transpose
+
+
+def carry_input(g: Builder, ne: tuple[int, ...]) -> tuple[str, Tensor]:
+    """The next carried-state input of a streamed graph, ggml shape ``ne`` (zeros at build)."""
+    name = f"carry.{len(g.stream.inputs)}"
+    t = g.input(name, np.zeros(tuple(reversed(ne)), np.float32))
+    g.stream.inputs[name] = t
+    return name, t
+
+
+def emit_carry(g: Builder, name: str, t: Tensor) -> None:
+    """Make (a copy of) ``t`` the output holding state ``name`` for the next chunk."""
+    g.stream.outputs[name] = lib.ggml_cont(g.ctx, t)
+
+
+def concat_time(g: Builder, a_cf: Tensor, b_cf: Tensor) -> Tensor:
+    """CF ``[La, C]`` then ``[Lb, C]`` along time, as 3-D ``[L, 1, C]`` so CPU threads split C."""
+    parts = []
+    for t in (a_cf, b_cf):
+        t = t if lib.ggml_is_contiguous(t) else lib.ggml_cont(g.ctx, t)
+        parts.append(lib.ggml_reshape_3d(g.ctx, t, shape(t)[0], 1, shape(t)[1]))
+    y = lib.ggml_concat(g.ctx, parts[0], parts[1], 0)
+    return reshape_2d(g, y, shape(y)[0], shape(y)[2])
+
+
+def with_left_context(g: Builder, x_cf: Tensor, n: int) -> Tensor:
+    """CF ``x_cf`` after the previous chunk's last ``n`` samples; emits this result's last ``n``.
+
+    The carried samples stand where one-shot causal padding puts ``n`` zeros.
+    """
+    length, c = shape(x_cf)[:2]
+    name, prev = carry_input(g, (n, c))
+    xc = concat_time(g, prev, x_cf)  # [n + L, C]
+    emit_carry(g, name, lib.ggml_view_2d(g.ctx, xc, n, c, xc.contents.nb[1], length * xc.contents.nb[0]))
+    return xc
+
+
+def _streamed_im2col(g: Builder, x_cf: Tensor, w: Tensor, stride: int, dilation: int, left: int,
+                     extra: int) -> Tensor:
+    """Causal conv columns of one chunk: carried inputs replace the left zero padding.
+
+    Chunks must keep the stride aligned (L a multiple of ``stride``); only a stream's last
+    chunk may be shorter, and gets one-shot's right padding (``extra`` zeros).
+    """
+    if left:
+        x_cf = with_left_context(g, x_cf, left)
+    if extra:
+        x_cf = lib.ggml_pad_ext(g.ctx, x_cf, 0, extra, 0, 0, 0, 0, 0, 0)
+    return im2col(g, w, x_cf, stride, 0, dilation)
+
+
+def _conv_input_type(g: Builder) -> int:
+    return F16 if g.f16_convs else F32
+
+
+def im2col(g: Builder, w: Tensor, x_cf: Tensor, stride: int, pad: int, dilation: int) -> Tensor:
+    """1-D im2col of CF ``x_cf`` for kernel ``w`` (ne ``[K, Cin, ...]``), ``pad`` zeros each side:
+    ne ``[K*Cin, OW]``. The compiled kernel on CPU (same values), ggml_im2col elsewhere."""
+    k, length = shape(w)[0], shape(x_cf)[0]
+    n_out = (length + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+    if n_out < 1:
+        raise ValueError(f"conv input of {length} samples is shorter than its kernel ({k}, dilation {dilation})")
+    dst_type = _conv_input_type(g)
+    if g.im2col_kernel and kernels.im2col_supported(dst_type, k) and _ggml.tensor_type(x_cf) == F32:
+        x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
+        g.lowerings["im2col"] = "custom"
+        return kernels.im2col(g.ctx, x_cf, k, stride, dilation, pad, n_out, dst_type, g.keep)
+    if dst_type == F16 and _ggml.tensor_type(w) != F16:
+        raise ValueError("ggml's F16 im2col needs an F16 kernel tensor")
+    g.lowerings["im2col"] = "ggml"
+    return lib.ggml_im2col(g.ctx, w, x_cf, stride, 0, pad, 0, dilation, 0, False, dst_type)
+
+
+def causal_im2col(g: Builder, x_cf: Tensor, w: Tensor, stride: int, dilation: int) -> Tensor:
+    """Columns of a causal conv over ``x_cf``: ne ``[K*Cin, ceil(L/stride)]``.
+
+    Causal padding puts ``ke - stride`` zeros on the left (ke = (K-1)*dilation + 1) and
+    on the right just enough for ceil(L/stride) outputs::
+
+        left pad          input x[0..L)                 right pad
+        0 0 0 0 | x0 x1 x2 ... x(L-1) | 0 ..   (outputs = ceil(L / stride))
+
+    im2col pads symmetrically, so with p0 = ke - stride the right side gets the same
+    zeros, which covers the extra padding whenever ke - stride >= stride - 1; the first
+    ceil(L/stride) columns are the causal conv's. When the left pad is 0 (kernel ==
+    stride) the right pad is added explicitly.
+    """
+    k, cin = shape(w)[0], shape(w)[1]
+    length = shape(x_cf)[0]
+    if shape(x_cf)[1] != cin:
+        raise ValueError(f"conv expects {cin} input channels, got {shape(x_cf)[1]}")
+    ke = (k - 1) * dilation + 1
+    left = ke - stride
+    n_out = -(-length // stride)
+    extra = n_out * stride - length
+    if left < 0:
+        raise ValueError(f"kernel {k} (dilation {dilation}) shorter than stride {stride}")
+    if g.stream is not None:
+        return _streamed_im2col(g, x_cf, w, stride, dilation, left, extra)
+    if left < extra:
+        x_cf = lib.ggml_pad_ext(g.ctx, x_cf, 0, extra, 0, 0, 0, 0, 0, 0)
+    cols = im2col(g, w, x_cf, stride, left, dilation)
+    return first_columns(g, cols, n_out)
+
+
+def conv1d(g: Builder, x_cf: Tensor, w: Tensor, b: Tensor | None, *, stride: int = 1,
+           dilation: int = 1, out: str = "CF") -> Tensor:
+    """Causal conv, weight ne ``[K, Cin, Cout]``; CF in, ``out`` layout out."""
+    k, cin, cout = shape(w)[:3]
+    cols = causal_im2col(g, x_cf, w, stride, dilation)
+    w2 = reshape_2d(g, w, k * cin, cout)
+    y = mul_mat(g, cols, w2) if out == "CF" else mul_mat(g, w2, cols)
+    return add_bias(g, y, b, out)
+
+
+def conv1x1(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, out: str = "CF") -> Tensor:
+    """Pointwise conv, weight ne ``[1, Cin, Cout]`` (or ``[Cin, Cout]``); CL in, ``out`` out."""
+    n = int(lib.ggml_nelements(w))
+    cin = shape(x_cl)[0]
+    w2 = reshape_2d(g, w, cin, n // cin)
+    if g.f16_convs:
+        x_cl = lib.ggml_cast(g.ctx, x_cl, F16)
+    y = mul_mat(g, x_cl, w2) if out == "CF" else mul_mat(g, w2, x_cl)
+    return add_bias(g, y, b, out)
+
+
+def conv_transpose1d(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, stride: int) -> Tensor:
+    """Causal transposed conv: CL in, CF out; ``K - stride`` samples cropped on the right,
+    as upstream's CausalTransConvNet does. Two lowerings (``g.conv_transpose``):
+
+    * ``"col2im"``: ``w`` re-laid at load time to ne ``[Cin, K, Cout]`` so that one GEMM
+      gives the columns ``[K*Cout, T]`` (row ``oc*K + k``) that ``col2im_1d`` overlap-adds
+      into ``[(T-1)*stride + K, Cout]`` (1.4x faster than ggml's op on CPU; fast on CUDA);
+    * ``"ggml"``: ``ggml_conv_transpose_1d`` on the file's layout ne ``[K, Cout, Cin]``
+      (for backends without COL2IM_1D, e.g. Metal in ggml 0.15.3).
+    """
+    if g.conv_transpose == "col2im":
+        cin, k, cout = shape(w)[:3]
+    else:
+        k, cout, cin = shape(w)[:3]
+    if shape(x_cl)[0] != cin:
+        raise ValueError(f"conv-transpose expects {cin} input channels, got {shape(x_cl)[0]}")
+    g.lowerings["conv_transpose"] = g.conv_transpose
+    if g.conv_transpose == "col2im":
+        cols = mul_mat(g, reshape_2d(g, w, cin, k * cout), x_cl)
+        y = lib.ggml_col2im_1d(g.ctx, cols, stride, cout, 0)
+    else:
+        y = lib.ggml_conv_transpose_1d(g.ctx, w, transpose(g, x_cl), stride, 0, 1)
+    n_out = shape(x_cl)[1] * stride
+    if g.stream is not None and k > stride:
+        y = _overlap_tail(g, y, n_out, k - stride)
+    else:
+        y = y if k == stride else lib.ggml_cont(g.ctx, lib.ggml_view_2d(g.ctx, y, n_out, cout, y.contents.nb[1], 0))
+    return add_bias(g, y, b, "CF")
+
+
+def left_pad(g: Builder, x_cf: Tensor, n: int) -> Tensor:
+    """``n`` zeros before CF ``x_cf`` in time: ``ggml_pad_ext``, or where a backend cannot pad
+    on the left (Metal), a concat after a zero input (``g.left_pad == "concat"``)."""
+    g.lowerings["left_pad"] = g.left_pad
+    if g.left_pad == "pad_ext":
+        return lib.ggml_pad_ext(g.ctx, x_cf, n, 0, 0, 0, 0, 0, 0, 0)
+    zeros = g.input(f"zeros.{len(g.inputs)}", np.zeros((shape(x_cf)[1], n), np.float32))
+    return concat_time(g, zeros, x_cf)
+
+
+def _overlap_tail(g: Builder, y_cf: Tensor, n_out: int, tail: int) -> Tensor:
+    """Streamed conv-transpose: add the previous chunk's overlap tail to this chunk's first
+    ``tail`` samples; emit the ``tail`` samples past ``n_out`` (before bias) for the next."""
+    cout, nb1 = shape(y_cf)[1], y_cf.contents.nb[1]
+    if tail > n_out:
+        raise ValueError(f"conv-transpose overlap of {tail} samples exceeds a chunk of {n_out}")
+    name, prev = carry_input(g, (tail, cout))
+    emit_carry(g, name, lib.ggml_view_2d(g.ctx, y_cf, tail, cout, nb1, n_out * y_cf.contents.nb[0]))
+    head = lib.ggml_cont(g.ctx, lib.ggml_view_2d(g.ctx, y_cf, n_out, cout, nb1, 0))
+    if tail < n_out:
+        prev = lib.ggml_pad_ext(g.ctx, prev, 0, n_out - tail, 0, 0, 0, 0, 0, 0)
+    return add(g, head, prev)
+
+
+def depthwise_conv1d(g: Builder, x_cf: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """Causal depthwise conv (stride 1), weight ne ``[K, 1, C]``: CF in, CL out (ssm_conv)."""
+    k = shape(w)[0]
+    c = shape(x_cf)[1]
+    if g.f16_convs:  # ggml_conv_1d_dw rounds its input to F16
+        x_cf = lib.ggml_cast(g.ctx, lib.ggml_cast(g.ctx, x_cf, F16), F32)
+    if g.stream is not None and k > 1:
+        padded = with_left_context(g, x_cf, k - 1)
+    else:
+        padded = left_pad(g, x_cf, k - 1)
+    padded = lib.ggml_reshape_3d(g.ctx, padded, shape(padded)[0], c, 1)
+    y = lib.ggml_ssm_conv(g.ctx, padded, reshape_2d(g, w, k, c))
+    y = reshape_2d(g, y, c, shape(x_cf)[0])
+    return add_bias(g, y, b, "CL")
