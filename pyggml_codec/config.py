@@ -18,6 +18,12 @@ PREFIX = "fish_speech.codec."
 ENCODER_TRANSFORMER_WINDOW = 512  # fixed in upstream code, not in the file
 CONVNEXT_LN_EPS = 1e-6  # fixed in upstream code, not in the file
 
+# Bounds on what the file may claim, so that no count drives a loop or an allocation
+# past what a real codec needs (S2 Pro: 4 blocks, 2 factors, 8 layers, 10 VQ stages).
+MAX_VALUE = 2**31 - 1  # every size and count must also fit a ggml int32 argument
+MAX_STAGES = 16  # entries of a rates / factors / per-block layers array
+MAX_LAYERS = 1024  # transformer layers per module, VQ stages
+
 _INT_TYPES = {"UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "UINT64", "INT64"}
 _FLOAT_TYPES = {"FLOAT32", "FLOAT64"}
 
@@ -37,13 +43,13 @@ class _Meta:
     def has(self, key: str) -> bool:
         return PREFIX + key in self._m
 
-    def int(self, key: str, minimum: int = 1) -> int:
+    def int(self, key: str, minimum: int = 1, maximum: int = MAX_VALUE) -> int:
         meta = self._get(key)
         if meta.type_name not in _INT_TYPES or isinstance(meta.value, bool):
             raise ConfigError(f"{PREFIX}{key} is {meta.type_name}, expected an integer")
         value = int(meta.value)
-        if value < minimum:
-            raise ConfigError(f"{PREFIX}{key} = {value} is impossible (must be >= {minimum})")
+        if not minimum <= value <= maximum:
+            raise ConfigError(f"{PREFIX}{key} = {value} is impossible (must be in [{minimum}, {maximum}])")
         return value
 
     def signed(self, key: str) -> int:
@@ -61,14 +67,17 @@ class _Meta:
             raise ConfigError(f"{PREFIX}{key} = {value} is impossible (must be finite and > 0)")
         return value
 
-    def ints(self, key: str, minimum: int = 0, length: int | None = None) -> tuple[int, ...]:
+    def ints(self, key: str, minimum: int = 0, length: int | None = None, maximum: int = MAX_VALUE) -> tuple[int, ...]:
         meta = self._get(key)
         inner = meta.type_name[6:-1] if meta.type_name.startswith("ARRAY[") else ""
         if inner not in _INT_TYPES:
             raise ConfigError(f"{PREFIX}{key} is {meta.type_name}, expected an integer array")
+        if not 1 <= len(meta.value) <= MAX_STAGES:
+            raise ConfigError(f"{PREFIX}{key} has {len(meta.value)} entries (must be 1..{MAX_STAGES})")
         values = tuple(int(v) for v in meta.value)
-        if not values or any(v < minimum for v in values):
-            raise ConfigError(f"{PREFIX}{key} = {list(values)} is impossible (entries must be >= {minimum})")
+        if any(not minimum <= v <= maximum for v in values):
+            raise ConfigError(
+                f"{PREFIX}{key} = {list(values)} is impossible (entries must be in [{minimum}, {maximum}])")
         if length is not None and len(values) != length:
             raise ConfigError(f"{PREFIX}{key} has {len(values)} entries, expected {length}")
         return values
@@ -162,7 +171,7 @@ class CodecConfig:
         encoder = EncoderConfig(
             dim=m.int("encoder_dim"),
             rates=m.ints("encoder_rates", minimum=1),
-            transformer_layers=m.ints("encoder_transformer_layers"),
+            transformer_layers=m.ints("encoder_transformer_layers", maximum=MAX_LAYERS),
             latent_dim=m.int("latent_dim"),
         )
         config = cls(
@@ -185,6 +194,16 @@ class CodecConfig:
             raise ConfigError(
                 f"{PREFIX}encoder_transformer_layers has {len(enc.transformer_layers)} entries "
                 f"but {PREFIX}encoder_rates has {len(enc.rates)}"
+            )
+        if self.frame_length % self.hop_length or self.samples_per_frame % self.frame_length:
+            raise ConfigError(
+                f"{PREFIX}frame_length = {self.frame_length} must be a multiple of hop_length = {self.hop_length} "
+                f"that divides the code frame ({self.samples_per_frame} samples)"
+            )
+        if any(enc.transformer_layers[:-1]):  # its TransformerConfig has the last block's width
+            raise ConfigError(
+                f"{PREFIX}encoder_transformer_layers = {list(enc.transformer_layers)}: only the last encoder "
+                "block may have transformer layers"
             )
         if math.prod(enc.rates) != self.hop_length:
             raise ConfigError(f"{PREFIX}hop_length = {self.hop_length} is not the product of encoder_rates {list(enc.rates)}")
@@ -211,7 +230,7 @@ def _quantizer(m: _Meta) -> QuantizerConfig:
     return QuantizerConfig(
         input_dim=m.int("quantizer_input_dim"),
         codebook_dim=m.int("quantizer_codebook_dim"),
-        n_residual=m.int("quantizer_residual_codebooks", minimum=0),
+        n_residual=m.int("quantizer_residual_codebooks", minimum=0, maximum=MAX_LAYERS),
         residual_size=m.int("quantizer_residual_codebook_size"),
         semantic_size=m.int("quantizer_semantic_codebook_size"),
         downsample=m.ints("quantizer_downsample_factor", minimum=1),
@@ -220,6 +239,8 @@ def _quantizer(m: _Meta) -> QuantizerConfig:
 
 def _heads(m: _Meta, prefix: str, dim: int) -> tuple[int, int, int]:
     head_dim = m.int(prefix + "head_dim")
+    if head_dim % 2:  # ggml_rope asserts (aborts) on an odd rotation width
+        raise ConfigError(f"{PREFIX}{prefix}head_dim = {head_dim} is odd; RoPE rotates pairs of dimensions")
     n_head = dim // head_dim
     if n_head < 1:
         raise ConfigError(f"{PREFIX}{prefix}head_dim = {head_dim} exceeds the transformer dim {dim}")
@@ -248,7 +269,7 @@ def _rvq_transformer(m: _Meta) -> TransformerConfig:
     n_head, n_kv, head_dim = _heads(m, "rvq_transformer.", dim)
     return TransformerConfig(
         dim=dim,
-        n_layer=m.int("rvq_transformer.n_layer"),
+        n_layer=m.int("rvq_transformer.n_layer", maximum=MAX_LAYERS),
         n_head=n_head,
         n_kv_head=n_kv,
         head_dim=head_dim,

@@ -106,9 +106,9 @@ class Backend:
         return bool(lib.ggml_backend_supports_op(self.handle, tensor))
 
     def free(self) -> None:
-        if self.owned and self.handle:
-            lib.ggml_backend_free(self.handle)
-        self.handle = 0
+        handle, self.handle = self.handle, 0
+        if self.owned and handle:
+            lib.ggml_backend_free(handle)
 
     @classmethod
     def wrap(cls, handle: int) -> "Backend":
@@ -261,12 +261,14 @@ class WeightBuffer:
         return int(lib.ggml_backend_buffer_get_size(self.buffer))
 
     def free(self) -> None:
-        if self.buffer:
-            lib.ggml_backend_buffer_free(self.buffer)
-            self.buffer = 0
-        if self.ctx:
-            lib.ggml_free(self.ctx)
-            self.ctx = 0
+        """Idempotent; each handle is cleared before it is freed, so an interrupt between
+        the two can never lead to a second free."""
+        buffer, self.buffer = self.buffer, 0
+        if buffer:
+            lib.ggml_backend_buffer_free(buffer)
+        ctx, self.ctx = self.ctx, 0
+        if ctx:
+            lib.ggml_free(ctx)
 
 
 class Graph:
@@ -331,9 +333,10 @@ class Graph:
         return {name: _ggml.download(t) for name, t in self.outputs.items()}
 
     def free(self) -> None:
-        if self.galloc:
-            lib.ggml_gallocr_free(self.galloc)
-            self.galloc = 0
-        if self.ctx:
-            lib.ggml_free(self.ctx)
-            self.ctx = 0
+        """Idempotent; handles cleared before they are freed (see WeightBuffer.free)."""
+        galloc, self.galloc = self.galloc, 0
+        if galloc:
+            lib.ggml_gallocr_free(galloc)
+        ctx, self.ctx = self.ctx, 0
+        if ctx:
+            lib.ggml_free(ctx)
