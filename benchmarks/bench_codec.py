@@ -42,6 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("bench_out"))
     p.add_argument("--quick", action="store_true", help="1 s, 2 threads, f16 file, s2cpp and f32")
     p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child processes")
+    p.add_argument("--rss-only", action="store_true", help="only the peak-RSS child processes")
     p.add_argument("--variants", action="store_true",
                    help="also time the default lowering plan against plain ggml ops and ggml_conv_transpose_1d")
     p.add_argument("--windowed", type=int, nargs="*", default=None, metavar="STRIDE",
@@ -72,13 +73,23 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+SETTLE_S = 0.5  # pause before each timed run: both engines' OpenMP workers spin-wait after a
+# parallel region, and a run started right after the other engine's loses its cores to them
+# (measured: our 1 s decode 1.9-2.1 s right after PyTorch's, 1.4-1.9 s on its own).
+
+
+def timed_settled(fn) -> float:
+    time.sleep(SETTLE_S)
+    return timed(fn)
+
+
 def alternate(ours, theirs, reps: int) -> tuple[float, float]:
     """Median seconds of each, run alternately after one warm-up of each."""
     ours(), theirs()
     a, b = [], []
     for _ in range(reps):
-        a.append(timed(ours))
-        b.append(timed(theirs))
+        a.append(timed_settled(ours))
+        b.append(timed_settled(theirs))
     return statistics.median(a), statistics.median(b)
 
 
@@ -99,7 +110,7 @@ def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int) -> l
         codec.clear_cache()
         cold = timed(ours)
         t_ours, t_theirs = alternate(ours, theirs, reps)
-        wall = timed(ours)
+        wall = timed_settled(ours)
         overhead = max(wall - codec.last_compute_s, 0.0) / wall
         rows.append(dict(task=task, seconds=seconds, ours_s=t_ours, oracle_s=t_theirs, ratio=t_theirs / t_ours,
                          cold_s=cold, build_s=max(cold - t_ours, 0.0), python_overhead=overhead))
@@ -115,7 +126,7 @@ def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int) -> l
 def bench_streaming(codec, codes, seconds: float, reps: int) -> list[dict]:
     if not hasattr(codec, "stream_decoder") or seconds < 2:
         return []
-    one_shot = statistics.median(timed(lambda: codec.decode(codes)) for _ in range(reps))
+    one_shot = statistics.median(timed_settled(lambda: codec.decode(codes)) for _ in range(reps))
     per_frame_one_shot = one_shot / codes.shape[1]
     rows = []
     for chunk in (1, 4, 16):
@@ -124,11 +135,11 @@ def bench_streaming(codec, codes, seconds: float, reps: int) -> list[dict]:
                 for i in range(0, codes.shape[1], chunk):
                     sd.push(codes[:, i:i + chunk])
         run()
-        t = statistics.median(timed(run) for _ in range(max(1, reps - 1)))
+        t = statistics.median(timed_settled(run) for _ in range(max(1, reps - 1)))
         rows.append(dict(task=f"stream-chunk{chunk}", seconds=seconds, ours_s=t, per_frame_s=t / codes.shape[1],
                          cost_vs_one_shot=(t / codes.shape[1]) / per_frame_one_shot))
     for stride in WINDOWED_STRIDES:  # the C++ engine's re-decoded windows (--windowed)
-        t = timed(lambda: codec.decode_windowed(codes, stride=stride))
+        t = timed_settled(lambda: codec.decode_windowed(codes, stride=stride))
         rows.append(dict(task=f"windowed-stride{stride}", seconds=seconds, ours_s=t, per_frame_s=t / codes.shape[1],
                          cost_vs_one_shot=(t / codes.shape[1]) / per_frame_one_shot))
     return rows
@@ -183,7 +194,17 @@ def rss_child(engine: str, model_path: str, seconds: float, mode: str) -> None:
         model = oracle.build_model(oracle.FULL, seed=0)
         codes = random_codes((4096,) + (1024,) * 9, -(-n // 2048), seed=2)
         oracle.decode(model, codes) if mode == "decode" else oracle.encode(model, signal(n, seed=1))
-    print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(json.dumps({"peak_rss_mb": peak_rss_mb()}))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM). Not ru_maxrss: Linux keeps that across
+    fork + exec, so a child would report its parent's peak."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def measure_rss(engine: str, model_path: Path, seconds: float, mode: str) -> float:
@@ -231,7 +252,7 @@ def main(argv=None) -> int:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         model, paths = build_models(Path(tmp))
-        for dtype in args.dtypes:
+        for dtype in [] if args.rss_only else args.dtypes:
             for precision in args.precisions:
                 for threads in args.threads:
                     with pyggml_codec.load(paths[dtype], backend="cpu", precision=precision, n_threads=threads) as c:

@@ -140,11 +140,28 @@ def _init_device(backend: str, device: int) -> tuple[int | None, str | None]:
     return handle, None
 
 
+def _by_device_name(name: str) -> tuple[str, int] | None:
+    """(backend, index within it) of a registry device named ``name`` (e.g. "CUDA0"), if any."""
+    for dev in devices():
+        if dev.name.lower() == name and dev.backend != "cpu":
+            same = [d for d in devices() if d.backend == dev.backend]
+            return dev.backend, same.index(dev)
+    return None
+
+
 def start_backend(requested: str, device: int = 0, strict: bool = False) -> Backend:
-    """Start the requested backend; fall back to CPU with a warning unless ``strict``."""
+    """Start the requested backend; fall back to CPU with a warning unless ``strict``.
+
+    ``requested`` is a backend name (with ``device`` its index) or a registry device name
+    such as "CUDA1" or "Vulkan0" (see :func:`devices`).
+    """
     requested = requested.lower()
+    named = _by_device_name(requested) if requested not in BACKEND_NAMES else None
+    if named is not None:
+        requested, device = named
     if requested not in BACKEND_NAMES:
-        raise BackendError(f"unknown backend {requested!r}; choose one of {', '.join(BACKEND_NAMES)}")
+        names = ", ".join(list(BACKEND_NAMES) + [d.name for d in devices() if d.backend != "cpu"])
+        raise BackendError(f"unknown backend {requested!r}; choose one of {names}")
     reason = None
     if requested == "auto":
         gpus = [n for n in available_backends() if n != "cpu"]
@@ -331,6 +348,22 @@ class Graph:
         if status != 0:
             raise GraphError(f"graph compute failed with ggml status {status}")
         return {name: _ggml.download(t) for name, t in self.outputs.items()}
+
+    def profile(self) -> list[tuple[str, tuple[int, ...], float]]:
+        """(op, ne, seconds) of each node, computing one node at a time through graph views
+        after a full run has uploaded the inputs. For finding the dominant ops; the sum is
+        a little above one full compute (one thread launch per node)."""
+        out = []
+        for i in range(lib.ggml_graph_n_nodes(self.gf)):
+            view = lib.ggml_graph_view(self.gf, i, i + 1)
+            node = lib.ggml_graph_node(self.gf, i)
+            start = time.perf_counter()
+            status = lib.ggml_backend_graph_compute(self.backend.handle, ctypes.byref(view))
+            elapsed = time.perf_counter() - start
+            if status != 0:
+                raise GraphError(f"node {i} failed with ggml status {status}")
+            out.append((lib.ggml_op_desc(node).decode(), _ggml.ne(node), elapsed))
+        return out
 
     def free(self) -> None:
         """Idempotent; handles cleared before they are freed (see WeightBuffer.free)."""
