@@ -336,12 +336,14 @@ class Graph:
     def compute_bytes(self) -> int:
         return int(lib.ggml_gallocr_get_buffer_size(self.galloc, 0)) if self.galloc else 0
 
-    def run(self, fresh_inputs: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-        """Upload every input (``fresh_inputs`` replace stored ones by name), compute, download."""
-        fresh_inputs = fresh_inputs or {}
+    def _upload_inputs(self, fresh_inputs: dict[str, np.ndarray]) -> None:
         for t, array in self.builder.inputs:
             name = lib.ggml_get_name(t).decode()
             _ggml.upload(t, fresh_inputs.get(name, array))
+
+    def run(self, fresh_inputs: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Upload every input (``fresh_inputs`` replace stored ones by name), compute, download."""
+        self._upload_inputs(fresh_inputs or {})
         start = time.perf_counter()
         status = lib.ggml_backend_graph_compute(self.backend.handle, self.gf)
         self.last_compute_s = time.perf_counter() - start
@@ -350,9 +352,10 @@ class Graph:
         return {name: _ggml.download(t) for name, t in self.outputs.items()}
 
     def profile(self) -> list[tuple[str, tuple[int, ...], float]]:
-        """(op, ne, seconds) of each node, computing one node at a time through graph views
-        after a full run has uploaded the inputs. For finding the dominant ops; the sum is
-        a little above one full compute (one thread launch per node)."""
+        """(op, ne, seconds) of each node, computing one node at a time through graph views,
+        on the inputs the graph was built with (uploaded again first: the allocator reuses
+        input memory). For finding the dominant ops; the sum is a little above one compute."""
+        self._upload_inputs({})
         out = []
         for i in range(lib.ggml_graph_n_nodes(self.gf)):
             view = lib.ggml_graph_view(self.gf, i, i + 1)

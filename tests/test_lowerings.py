@@ -129,3 +129,15 @@ def test_f16_im2col_kernel_bit_identical(stride, dilation, pad, length):
     finally:
         backend.free()
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_per_op_profile_runs_every_node(tiny_model):
+    """Graph.profile (tools/profile_ops.py) recomputes each node alone, after re-uploading inputs."""
+    codes = random_codes((64,) + (32,) * 9, 10, seed=6)
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu") as codec:
+        want = codec.decode(codes)
+        rows = [row for graph in codec._cache.graphs.values() for row in graph.profile()]
+        np.testing.assert_array_equal(codec.decode(codes), want)
+    ops_seen = {op for op, _, _ in rows}
+    print(f"{len(rows)} nodes, {1000 * sum(t for _, _, t in rows):.1f} ms; ops: {sorted(ops_seen)}")
+    assert {"MUL_MAT", "IM2COL", "COL2IM_1D", "SOFT_MAX"} <= ops_seen
