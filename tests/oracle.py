@@ -2,7 +2,7 @@
 
 Nothing here is a port. The model classes are the upstream ones (`fish-speech==0.1.0`,
 `descript-audio-codec==1.0.0`), imported straight from the wheel files by ``oracle_shim``
-(see ``/work/shared/design/ORACLE.md``); stubs never outlive the import, so the real
+(see the design notes on the reference, ORACLE.md); stubs never outlive the import, so the real
 ``soundfile`` is untouched. Wheels folder: env ``PYGGML_ORACLE_WHEELS`` (default
 ``<repo>/.oracle_wheels``).
 

@@ -1,4 +1,4 @@
-"""Import shim for the upstream codec wheels (see ``/work/shared/design/ORACLE.md``).
+"""Import shim for the upstream codec wheels (see the design notes on the reference, ORACLE.md).
 
 - stub modules for names the codec files import at module level but never use (hydra, librosa,
   soundfile, omegaconf, tqdm, audiotools, audiotools.ml) are put in ``sys.modules`` only while
