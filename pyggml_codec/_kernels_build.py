@@ -26,7 +26,115 @@ SOURCE = r"""
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+struct pg_tensor {            /* mirrors struct ggml_tensor up to `data` (ggml 0.15.3) */
+    int type;
+    void * buffer;
+    int64_t ne[4];
+    size_t nb[4];
+    int op;
+    int32_t op_params[16];
+    int32_t flags;
+    void * src[10];
+    void * view_src;
+    size_t view_offs;
+    void * data;
+};
+
+int pg_tensor_layout(int64_t * offsets) {
+    offsets[0] = offsetof(struct pg_tensor, type);
+    offsets[1] = offsetof(struct pg_tensor, ne);
+    offsets[2] = offsetof(struct pg_tensor, nb);
+    offsets[3] = offsetof(struct pg_tensor, src);
+    offsets[4] = offsetof(struct pg_tensor, data);
+    return 5;
+}
+
+/* y = x + sin(a x)^2 / a over [n] values sharing one alpha */
+static void snake_run(float * restrict y, const float * restrict x, int64_t n, float a) {
+    const float inv = 1.0f / a;
+    for (int64_t i = 0; i < n; i++) {
+        const float s = sinf(a * x[i]);
+        y[i] = x[i] + s * s * inv;
+    }
+}
+
+/* alpha per element of a row (channels-last rows) */
+static void snake_vec(float * restrict y, const float * restrict x, const float * restrict a, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float s = sinf(a[i] * x[i]);
+        y[i] = x[i] + s * s / a[i];
+    }
+}
+
+/* im2col of a 1-D conv, the same output as ggml_im2col (1-D): dst [IC*K, OW] with element
+   (ic*K + k, t) = x[ic, t*s + k*d - p] (0 outside), from contiguous F32 x [L, IC] = dst->src[0].
+   userdata: int64 {K, s, d, p}. Threads take blocks of output columns t; within a block the
+   reads of one input channel stay in cache and the block of columns stays in L2. dst is
+   F32 (type 0) or F16 (type 1, rounded to nearest even as ggml's F16C conversion does). */
+#define PG_BLOCK 64
+static inline uint16_t pg_to_f16(float v) {
+#if defined(__F16C__)
+    return _cvtss_sh(v, 0);
+#else
+    (void) v;
+    return 0; /* not built: kernels.py refuses F16 without F16C */
+#endif
+}
+
+void pg_im2col(void * dst_, int ith, int nth, void * userdata) {
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * x = dst->src[0];
+    const int64_t * prm = userdata;
+    const int64_t K = prm[0], s = prm[1], d = prm[2], p = prm[3];
+    const int64_t L = x->ne[0], IC = x->ne[1], OW = dst->ne[1], row = IC * K;
+    const int f16 = dst->type != 0;
+    const float * xs = x->data;
+    const int64_t nblocks = (OW + PG_BLOCK - 1) / PG_BLOCK;
+    for (int64_t b = ith; b < nblocks; b += nth) {
+        const int64_t t0 = b * PG_BLOCK, t1 = t0 + PG_BLOCK < OW ? t0 + PG_BLOCK : OW;
+        for (int64_t ic = 0; ic < IC; ic++) {
+            const float * src = xs + ic * L;
+            for (int64_t t = t0; t < t1; t++) {
+                const int64_t base = t * s - p;
+                const int interior = base >= 0 && base + (K - 1) * d < L;
+                if (f16) {
+                    uint16_t * o = (uint16_t *) dst->data + t * row + ic * K;
+                    if (interior) {
+                        for (int64_t k = 0; k < K; k++) o[k] = pg_to_f16(src[base + k * d]);
+                    } else {
+                        for (int64_t k = 0; k < K; k++) {
+                            const int64_t j = base + k * d;
+                            o[k] = pg_to_f16((j >= 0 && j < L) ? src[j] : 0.0f);
+                        }
+                    }
+                } else {
+                    float * o = (float *) dst->data + t * row + ic * K;
+                    if (interior) {
+                        for (int64_t k = 0; k < K; k++) o[k] = src[base + k * d];
+                    } else {
+                        for (int64_t k = 0; k < K; k++) {
+                            const int64_t j = base + k * d;
+                            o[k] = (j >= 0 && j < L) ? src[j] : 0.0f;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+int pg_has_f16c(void);
+int pg_tensor_layout(int64_t * offsets);
+"""
+
+SOURCE = r"""
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #if defined(__F16C__)
 #include <immintrin.h>
 #endif
