@@ -8,8 +8,8 @@ the compiled module is missing or does not match, graphs use plain ggml ops and
 * Snake: one pass with vectorized ``sinf`` instead of a 5-op chain whose ``sin`` is scalar.
 * im2col (1-D) into F16 columns (the "s2cpp" precision): ggml 0.15.3's CPU im2col
   interleaves threads over input channels within every output column; this one gives each
-  thread blocks of columns and skips bounds checks inside the signal: 2.4 GB/s against
-  1.0-1.1 measured side by side. Same output, bit for bit.
+  thread blocks of columns and skips bounds checks inside the signal: 2.7-4.5 GB/s against
+  0.8-1.0 measured side by side. Same output, bit for bit.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def snake(ctx, x, alpha):
 
 
 def im2col_supported(dst_type: int, k: int) -> bool:
-    """Only for F16 columns: there ggml's im2col ran at 1.0-1.1 GB/s and this one at 2.4 (same
-    run); for F32 the two are equal (6.2-7.0 GB/s), so F32 keeps ggml's op."""
+    """Only for F16 columns: there ggml's im2col ran at 0.8-1.0 GB/s and this one at 2.7-4.5
+    (same run); for F32 the two are equal (3.4-6.3 GB/s), so F32 keeps ggml's op."""
     return AVAILABLE and k <= MAX_KERNEL and dst_type == 1 and _OPS["f16c"]
 
 
