@@ -71,7 +71,9 @@ static void snake_vec(float * restrict y, const float * restrict x, const float 
 }
 
 /* im2col of a 1-D conv, the same output as ggml_im2col (1-D): dst [IC*K, OW] with element
-   (ic*K + k, t) = x[ic, t*s + k*d - p] (0 outside), from contiguous F32 x [L, IC] = dst->src[0].
+   (ic*K + k, t) = u[ic, t*s + k*d - p] (0 outside), where u is contiguous F32 x [L, IC] =
+   dst->src[0], or, when dst->src[1] (contiguous F32 [P, IC]) is given, that carried left
+   context followed by x: u = concat(src[1], x) along time, without building u.
    userdata: int64 {K, s, d, p}. Threads take blocks of output columns t; within a block the
    reads of one input channel stay in cache and the block of columns stays in L2. dst is
    F32 (type 0) or F16 (type 1, rounded to nearest even as ggml's F16C conversion does). */
@@ -88,19 +90,23 @@ static inline uint16_t pg_to_f16(float v) {
 void pg_im2col(void * dst_, int ith, int nth, void * userdata) {
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * x = dst->src[0];
+    const struct pg_tensor * prev = dst->src[1];
     const int64_t * prm = userdata;
     const int64_t K = prm[0], s = prm[1], d = prm[2], p = prm[3];
     const int64_t L = x->ne[0], IC = x->ne[1], OW = dst->ne[1], row = IC * K;
+    const int64_t P = prev ? prev->ne[0] : 0, U = P + L;
     const int f16 = dst->type != 0;
     const float * xs = x->data;
+    const float * ps = prev ? (const float *) prev->data : 0;
     const int64_t nblocks = (OW + PG_BLOCK - 1) / PG_BLOCK;
     for (int64_t b = ith; b < nblocks; b += nth) {
         const int64_t t0 = b * PG_BLOCK, t1 = t0 + PG_BLOCK < OW ? t0 + PG_BLOCK : OW;
         for (int64_t ic = 0; ic < IC; ic++) {
-            const float * src = xs + ic * L;
+            const float * src = xs + ic * L - P;   /* src[j] = x[ic, j - P] for j >= P */
+            const float * pre = ps ? ps + ic * P : 0;
             for (int64_t t = t0; t < t1; t++) {
                 const int64_t base = t * s - p;
-                const int interior = base >= 0 && base + (K - 1) * d < L;
+                const int interior = base >= P && base + (K - 1) * d < U;
                 if (f16) {
                     uint16_t * o = (uint16_t *) dst->data + t * row + ic * K;
                     if (interior) {
@@ -108,7 +114,7 @@ void pg_im2col(void * dst_, int ith, int nth, void * userdata) {
                     } else {
                         for (int64_t k = 0; k < K; k++) {
                             const int64_t j = base + k * d;
-                            o[k] = pg_to_f16((j >= 0 && j < L) ? src[j] : 0.0f);
+                            o[k] = pg_to_f16(j < 0 || j >= U ? 0.0f : j < P ? pre[j] : src[j]);
                         }
                     }
                 } else {
@@ -118,7 +124,7 @@ void pg_im2col(void * dst_, int ith, int nth, void * userdata) {
                     } else {
                         for (int64_t k = 0; k < K; k++) {
                             const int64_t j = base + k * d;
-                            o[k] = (j >= 0 && j < L) ? src[j] : 0.0f;
+                            o[k] = j < 0 || j >= U ? 0.0f : j < P ? pre[j] : src[j];
                         }
                     }
                 }

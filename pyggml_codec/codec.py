@@ -24,7 +24,7 @@ import numpy as np
 from . import kernels, ops, quantizer, seanet
 from .config import CodecConfig
 from .errors import ClosedError, GraphError, InputError
-from .inputs import check_audio, check_codes
+from .inputs import MAX_DECODE_FRAMES, check_audio, check_codes
 from .model import LoadedModel
 from .runtime import Graph
 from .transformer import transformer
@@ -38,6 +38,7 @@ PRECISIONS = ("f32", "s2cpp")
 PAD_POLICIES = ("code_frame", "frame_length")
 DECODE_PATHS = ("auto", "split", "fused")
 GRAPH_CACHE_SIZE = 4  # graphs kept per kind (distinct frame counts)
+DECODE_CHUNK_FRAMES = 64  # about 3 s: the split decode's chunk on CPU (Codec.decode_chunk_frames)
 
 
 @dataclass
@@ -100,6 +101,12 @@ class Codec:
         # Seconds inside ggml compute during the last encode/decode call (the rest of a call's
         # wall time is Python: validation, graph lookup, uploads, downloads, host VQ).
         self.last_compute_s = 0.0
+        # Split-path decodes longer than this many frames run as an exact stream of chunks of
+        # this length (streaming.StreamDecoder: same audio to float rounding), so the compute
+        # buffer stays bounded by the chunk instead of growing with the input (one-shot: about
+        # 4.3 MB per frame at full size). None decodes in one graph at any length (up to
+        # inputs.MAX_DECODE_FRAMES), as the C++ engine does; the default on GPU backends.
+        self.decode_chunk_frames: int | None = DECODE_CHUNK_FRAMES if model.backend.is_cpu else None
 
     # ----------------------------------------------------------------- properties
 
@@ -292,9 +299,12 @@ class Codec:
             model = self._live()
             if model.parts == "encode":
                 raise InputError("this codec was loaded with parts='encode'; decode needs parts='decode' or 'all'")
-            codes = check_codes(codes, self.config, on_invalid_codes)
-            n = codes.shape[1]
             fused = path == "fused" or (path == "auto" and not model.backend.is_cpu)
+            chunk = None if fused or return_stages else self._chunk_frames()
+            codes = check_codes(codes, self.config, on_invalid_codes, max_frames=None if chunk else MAX_DECODE_FRAMES)
+            n = codes.shape[1]
+            if chunk and n > chunk:
+                return self._decode_chunked(codes, chunk)
             if fused and n not in self.failed_fused_frames:
                 try:
                     return self._decode_fused(codes, return_stages)
@@ -322,6 +332,25 @@ class Codec:
         if not stages:
             return audio
         return audio, _stage_arrays({**first, "dec.latent": latent, **second})
+
+    def _chunk_frames(self) -> int | None:
+        chunk = self.decode_chunk_frames
+        if chunk is None:
+            return None
+        if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+            raise ValueError(f"decode_chunk_frames must be None or an int >= 1, got {chunk!r}")
+        return int(chunk)
+
+    def _decode_chunked(self, codes: np.ndarray, chunk: int) -> np.ndarray:
+        """The split decode as an exact stream of ``chunk``-frame pieces (bounded memory)."""
+        from .streaming import StreamDecoder
+
+        sd = StreamDecoder(self, split=True)
+        pieces = []
+        for start in range(0, codes.shape[1], chunk):
+            pieces.append(sd.push(codes[:, start:start + chunk]))
+            self.last_compute_s += sd.last_compute_s
+        return np.concatenate(pieces)
 
     @staticmethod
     def _codes_feed(codes: np.ndarray) -> dict[str, np.ndarray]:

@@ -57,6 +57,14 @@ def _streamed_im2col(g: Builder, x_cf: Tensor, w: Tensor, stride: int, dilation:
     Chunks must keep the stride aligned (L a multiple of ``stride``); only a stream's last
     chunk may be shorter, and gets one-shot's right padding (``extra`` zeros).
     """
+    length, c = shape(x_cf)[:2]
+    if left and length >= left and not extra and _kernel_im2col(g, w, x_cf, with_prev=True):
+        # The kernel reads the carried context in place; the next context is x's own tail.
+        name, prev = carry_input(g, (left, c))
+        x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
+        emit_carry(g, name, lib.ggml_view_2d(g.ctx, x_cf, left, c, x_cf.contents.nb[1],
+                                             (length - left) * x_cf.contents.nb[0]))
+        return im2col(g, w, x_cf, stride, 0, dilation, prev=prev)
     if left:
         x_cf = with_left_context(g, x_cf, left)
     if extra:
@@ -68,18 +76,25 @@ def _conv_input_type(g: Builder) -> int:
     return F16 if g.f16_convs else F32
 
 
-def im2col(g: Builder, w: Tensor, x_cf: Tensor, stride: int, pad: int, dilation: int) -> Tensor:
+def _kernel_im2col(g: Builder, w: Tensor, x_cf: Tensor, with_prev: bool = False) -> bool:
+    return (g.im2col_kernel and _ggml.tensor_type(x_cf) == F32
+            and kernels.im2col_supported(_conv_input_type(g), shape(w)[0], with_prev))
+
+
+def im2col(g: Builder, w: Tensor, x_cf: Tensor, stride: int, pad: int, dilation: int,
+           prev: Tensor | None = None) -> Tensor:
     """1-D im2col of CF ``x_cf`` for kernel ``w`` (ne ``[K, Cin, ...]``), ``pad`` zeros each side:
-    ne ``[K*Cin, OW]``. The compiled kernel on CPU (same values), ggml_im2col elsewhere."""
-    k, length = shape(w)[0], shape(x_cf)[0]
+    ne ``[K*Cin, OW]``. The compiled kernel on CPU (same values), ggml_im2col elsewhere.
+    ``prev`` (CF ``[P, Cin]``, kernel only): the signal is ``prev`` then ``x_cf`` in time."""
+    k, length = shape(w)[0], shape(x_cf)[0] + (shape(prev)[0] if prev is not None else 0)
     n_out = (length + 2 * pad - dilation * (k - 1) - 1) // stride + 1
     if n_out < 1:
         raise ValueError(f"conv input of {length} samples is shorter than its kernel ({k}, dilation {dilation})")
     dst_type = _conv_input_type(g)
-    if g.im2col_kernel and kernels.im2col_supported(dst_type, k) and _ggml.tensor_type(x_cf) == F32:
+    if prev is not None or _kernel_im2col(g, w, x_cf):
         x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
         g.lowerings["im2col"] = "custom"
-        return kernels.im2col(g.ctx, x_cf, k, stride, dilation, pad, n_out, dst_type, g.keep)
+        return kernels.im2col(g.ctx, x_cf, k, stride, dilation, pad, n_out, dst_type, g.keep, prev)
     if dst_type == F16 and _ggml.tensor_type(w) != F16:
         raise ValueError("ggml's F16 im2col needs an F16 kernel tensor")
     g.lowerings["im2col"] = "ggml"

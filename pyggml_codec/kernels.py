@@ -59,20 +59,28 @@ def snake(ctx, x, alpha):
     return lib.ggml_map_custom2(ctx, x, alpha, _OPS["snake"], N_TASKS_MAX, None)
 
 
-def im2col_supported(dst_type: int, k: int) -> bool:
-    """Only for F16 columns: there ggml's im2col ran at 0.8-1.0 GB/s and this one at 2.7-4.5
-    (same run); for F32 the two are equal (3.4-6.3 GB/s), so F32 keeps ggml's op."""
-    return AVAILABLE and k <= MAX_KERNEL and dst_type == 1 and _OPS["f16c"]
+def im2col_supported(dst_type: int, k: int, with_prev: bool = False) -> bool:
+    """For F16 columns: there ggml's im2col ran at 0.8-1.0 GB/s and this one at 2.7-4.5
+    (same run). For F32 the two are equal (3.4-6.3 GB/s), so F32 keeps ggml's op, except
+    where the kernel reads a streamed conv's carried context in place (``with_prev``),
+    which saves a concat (single-threaded in ggml) and its copy of the input."""
+    if not AVAILABLE or k > MAX_KERNEL:
+        return False
+    return (dst_type == 1 and _OPS["f16c"]) or (dst_type == 0 and with_prev)
 
 
-def im2col(ctx, x, k: int, stride: int, dilation: int, pad: int, n_out: int, dst_type: int, keep: list):
+def im2col(ctx, x, k: int, stride: int, dilation: int, pad: int, n_out: int, dst_type: int, keep: list,
+           prev=None):
     """Columns ``[IC*K, n_out]`` of contiguous F32 ``x [L, IC]`` (ggml_im2col's layout and values).
 
+    ``prev`` (contiguous F32 ``[P, IC]``): the columns are those of ``prev`` followed by ``x``
+    in time, read in place (a streamed conv's carried left context, with no concat).
     ``keep`` must outlive the graph: it holds the parameter block the kernel reads.
     """
     params = np.array([k, stride, dilation, pad], dtype=np.int64)
     keep.append(params)
-    args = (ctypes.POINTER(lib.ggml_tensor) * 1)(x)
+    srcs = [x] if prev is None else [x, prev]
+    args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
     ic = int(x.contents.ne[1])
-    return lib.ggml_custom_4d(ctx, dst_type, ic * k, n_out, 1, 1, args, 1, _OPS["im2col"], N_TASKS_MAX,
+    return lib.ggml_custom_4d(ctx, dst_type, ic * k, n_out, 1, 1, args, len(srcs), _OPS["im2col"], N_TASKS_MAX,
                               params.ctypes.data_as(ctypes.c_void_p))

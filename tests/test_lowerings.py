@@ -131,6 +131,48 @@ def test_f16_im2col_kernel_bit_identical(stride, dilation, pad, length):
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("precision", ["f32", "s2cpp"])
+@pytest.mark.parametrize("stride,dilation,context,length", [(1, 1, 6, 50), (1, 9, 54, 300), (1, 3, 18, 18),
+                                                            (4, 1, 4, 96)])
+def test_im2col_kernel_reads_carried_context_in_place(precision, stride, dilation, context, length):
+    """The streamed conv's im2col of (context, x) without a concat equals ggml's im2col of the
+    concatenated signal, bit for bit, F32 and F16 columns."""
+    if not kernels.AVAILABLE:
+        pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
+    from pyggml_codec import convs, ops
+
+    backend = runtime.start_backend("cpu")
+    backend.set_threads(2)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((6, length)).astype(np.float32)
+    prev = rng.standard_normal((6, context)).astype(np.float32)
+    k = 8 if stride == 4 else 7
+    wtype = ops.F16 if precision == "s2cpp" else ops.F32
+    outs = []
+    try:
+        for in_place in (True, False):
+            graph = runtime.Graph(backend, 16 << 20)
+
+            def build(g):
+                w = g.input("w", np.zeros((3, 6, k), ops._ggml.NP_DTYPES[wtype]), wtype)
+                xt = g.input("x", x)
+                if in_place:
+                    cols = convs.im2col(g, w, xt, stride, 0, dilation, prev=g.input("prev", prev))
+                else:
+                    g.im2col_kernel = False
+                    cols = convs.im2col(g, w, g.input("u", np.concatenate([prev, x], axis=1)), stride, 0, dilation)
+                return {"cols": ops.lib.ggml_cast(g.ctx, cols, ops.F32) if precision == "s2cpp" else cols}
+
+            graph.build(build, ops.Builder(ctx=graph.ctx, precision=precision, im2col_kernel=True))
+            outs.append(graph.run()["cols"])
+            assert graph.builder.lowerings["im2col"] == ("custom" if in_place else "ggml")
+            graph.free()
+    finally:
+        backend.free()
+    assert outs[0].shape == outs[1].shape and np.abs(outs[1]).max() > 0
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
 def test_per_op_profile_runs_every_node(tiny_model):
     """Graph.profile (tools/profile_ops.py) recomputes each node alone, after re-uploading inputs."""
     codes = random_codes((64,) + (32,) * 9, 10, seed=6)

@@ -278,12 +278,29 @@ def test_one_sample_encodes_to_one_frame(codec):
     (np.zeros(10, np.int32), r"got \(10,\)"),
     (np.zeros((2, 10, 4), np.int32), r"got \(2, 10, 4\)"),
     (np.zeros((10, 0), np.int32), r"codes are empty \(T = 0\)"),
-    (np.zeros((10, MAX_DECODE_FRAMES + 1), np.int32), f"exceed the one-shot decode limit of {MAX_DECODE_FRAMES}"),
     ([[1, 2], [3]], "cannot be read as an array"),
 ])
 def test_bad_codes_raise_input_error(codec, codes, match):
     with pytest.raises(InputError, match=match):
         codec.decode(codes)
+
+
+def test_one_shot_decode_limit_applies_only_without_chunking(codec):
+    too_long = np.zeros((10, MAX_DECODE_FRAMES + 1), np.int32)
+    match = f"exceed the one-shot decode limit of {MAX_DECODE_FRAMES}"
+    with pytest.raises(InputError, match=match):
+        codec.decode(too_long, return_stages=True)  # stages need the one-shot graph
+    saved = codec.decode_chunk_frames
+    try:
+        codec.decode_chunk_frames = None
+        with pytest.raises(InputError, match=match):
+            codec.decode(too_long)
+        for bad in (0, -3, 2.5, True, "64"):
+            codec.decode_chunk_frames = bad
+            with pytest.raises(ValueError, match="decode_chunk_frames must be None or an int >= 1"):
+                codec.decode(_codes(4, seed=1))
+    finally:
+        codec.decode_chunk_frames = saved
 
 
 def test_out_of_range_codes_are_clamped_with_counts_or_refused(codec):

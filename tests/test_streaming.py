@@ -130,11 +130,37 @@ def test_stream_validates_chunks(codec):
 def test_stream_equals_one_shot_full(full_model):
     with pyggml_codec.load(full_model.f32_path, backend="cpu", n_threads=2) as c:
         codes = random_codes(c.config.quantizer.codebook_sizes, 150, seed=11)
+        c.decode_chunk_frames = None  # the one-shot graph, not decode's own chunking
         want = c.decode(codes)
         for sizes in ([16] * 9 + [6], [1] * 5 + _random_split(145, 3, largest=24)):
             got = _streamed(c, _chunks(codes, sizes))
             _, err = report(f"full stream f32 {sizes[:8]}...", got, want)
             assert err <= F32_MAX_ABS
+
+
+@pytest.mark.parametrize("precision", ["f32", "s2cpp"])
+def test_long_decode_runs_in_chunks_with_bounded_memory(tiny_model, precision):
+    """Past ``decode_chunk_frames`` the CPU split decode streams exactly; the compute buffer
+    is the chunk's, whatever the length."""
+    path = tiny_model.f32_path if precision == "f32" else tiny_model.f16_path
+    with pyggml_codec.load(path, backend="cpu", precision=precision, n_threads=1) as c:
+        assert c.decode_chunk_frames == 64
+        codes = random_codes(c.config.quantizer.codebook_sizes, 150, seed=12)
+        c.decode_chunk_frames = None
+        want = c.decode(codes)
+        one_shot = c.compute_bytes()["wave/150"]
+        c.clear_cache()
+        c.decode_chunk_frames = 16
+        got = c.decode(codes)
+        buffers = c.compute_bytes()
+        assert set(buffers) == {"stream-latent/16", "stream-wave/16", "stream-latent/6", "stream-wave/6"}
+        assert c.last_compute_s > 0
+    _, err = report(f"chunked decode (16 frames) vs one-shot, {precision}", got, want)
+    assert got.shape == want.shape
+    assert err <= (F32_MAX_ABS if precision == "f32" else S2CPP_MAX_ABS)
+    print(f"compute buffer: one-shot 150 frames {one_shot / 1e6:.1f} MB, chunks of 16 "
+          f"{buffers['stream-wave/16'] / 1e6:.1f} MB")
+    assert buffers["stream-wave/16"] < one_shot / 4
 
 
 # --------------------------------------------------------------------------- C++ windowed schedule

@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 import pyggml_codec
+from pyggml_codec import _ggml
 
 
 def main(argv=None) -> int:
@@ -39,14 +40,23 @@ def main(argv=None) -> int:
         by_op: dict = collections.defaultdict(lambda: [0.0, 0])
         by_kind: dict = collections.defaultdict(float)
         total = 0.0
+        flops = 0.0
+        matmul_s = 0.0
         for key, graph in c._cache.graphs.items():
-            for op, ne, seconds in graph.profile():
+            for i, (op, ne, seconds) in enumerate(graph.profile()):
+                if op == "MUL_MAT":
+                    node = _ggml.lib.ggml_graph_node(graph.gf, i)
+                    k = int(node.contents.src[0].contents.ne[0])
+                    flops += 2.0 * k * np.prod([int(node.contents.ne[d]) for d in range(4)])
+                    matmul_s += seconds
                 by_op[(op, ne)][0] += seconds
                 by_op[(op, ne)][1] += 1
                 by_kind[op] += seconds
                 total += seconds
     print(f"{args.what} of {args.seconds:g} s, precision {args.precision}, {args.threads} threads: "
           f"{total * 1000:.0f} ms summed over nodes")
+    if matmul_s:
+        print(f"MUL_MAT: {flops / 1e9:.1f} GFLOP in {matmul_s * 1000:.0f} ms = {flops / matmul_s / 1e9:.0f} GFLOP/s")
     print("\nby op:")
     for op, seconds in sorted(by_kind.items(), key=lambda kv: -kv[1]):
         print(f"  {op:18s} {seconds * 1000:8.1f} ms  {100 * seconds / total:5.1f} %")
