@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from .codec import Codec, EncodeResult
 from .config import CodecConfig
@@ -28,7 +28,7 @@ from .errors import (
 )
 from .model import load_model
 from .streaming import StreamDecoder
-from .runtime import Backend, DeviceInfo, available_backends, default_threads, devices, start_backend
+from .runtime import Backend, DeviceInfo, available_backends, default_threads, devices, set_cpu_ops, start_backend
 
 __version__ = "0.1.0"
 
@@ -51,6 +51,7 @@ def load(
     decode_path: str = "auto",
     host_tensors: Mapping[str, Any] | None = None,
     lowerings: dict | None = None,
+    cpu_ops: Iterable[str] | None = None,
 ) -> Codec:
     """Load an S2 codec from a GGUF file onto a ggml backend.
 
@@ -76,6 +77,11 @@ def load(
     ``lowerings`` overrides the per-backend choice of graph lowerings (``codec.plan``):
     ``mask`` ("diag_mask_inf"/"explicit"), ``conv_transpose`` ("col2im"/"ggml"),
     ``left_pad`` ("pad_ext"/"concat"), ``kernels`` (True/False: compiled CPU kernels).
+
+    Ops the backend rejects (``ggml_backend_supports_op``) run on the CPU through
+    ``ggml_backend_sched``, with a ``RuntimeWarning`` naming them (``codec.lowerings["cpu_ops"]``).
+    ``cpu_ops`` (ggml op names such as ``{"COL2IM_1D"}``) pins more ops to the CPU that way,
+    to bisect a backend's op against the CPU's.
     """
     if precision not in ("f32", "s2cpp"):
         raise ValueError(f"precision must be 'f32' or 's2cpp', got {precision!r}")
@@ -88,5 +94,10 @@ def load(
     else:
         handle = start_backend(str(backend), device, strict_backend)
     handle.set_threads(n_threads or default_threads())
+    try:
+        set_cpu_ops(handle, cpu_ops)
+    except ValueError:
+        handle.free()
+        raise
     model = load_model(source, handle, parts, precision, host_tensors, lowerings)
     return Codec(model, precision, decode_path)

@@ -88,6 +88,9 @@ class Backend:
         self.requested = requested
         self.fallback_reason = fallback_reason
         self.n_threads = 1
+        # ggml op names (e.g. "COL2IM_1D") run on the CPU through ggml_backend_sched even
+        # where this backend supports them: load(cpu_ops=...), for bisecting a backend's op.
+        self.cpu_ops: frozenset[str] = frozenset()
 
     @property
     def is_cpu(self) -> bool:
@@ -105,6 +108,12 @@ class Backend:
     def supports(self, tensor) -> bool:
         return bool(lib.ggml_backend_supports_op(self.handle, tensor))
 
+    def runs(self, tensor) -> bool:
+        """Whether a node of a graph for this backend runs on it (else: on the CPU)."""
+        if self.cpu_ops and op_name(tensor) in self.cpu_ops:
+            return False
+        return self.is_cpu or self.supports(tensor)
+
     def free(self) -> None:
         handle, self.handle = self.handle, 0
         if self.owned and handle:
@@ -118,6 +127,28 @@ class Backend:
         name = lib.ggml_backend_name(handle).decode().lower()
         kind = "cpu" if name.startswith("cpu") else next((k for k, v in _REGISTRY_NAMES.items() if name.startswith(v.lower())), name)
         return cls(handle, kind, owned=False, requested=kind, fallback_reason=None)
+
+
+def op_name(tensor) -> str:
+    """ggml's name of a node's op ("MUL_MAT", "COL2IM_1D"; unary ops by their own name)."""
+    return lib.ggml_op_desc(tensor).decode()
+
+
+def op_names() -> frozenset[str]:
+    """Every name :func:`op_name` can give in this ggml build."""
+    names = {lib.ggml_op_name(i).decode() for i in range(lib.GGML_OP_COUNT)}
+    names |= {lib.ggml_unary_op_name(i).decode() for i in range(lib.GGML_UNARY_OP_COUNT)}
+    names |= {lib.ggml_glu_op_name(i).decode() for i in range(lib.GGML_GLU_OP_COUNT)}
+    return frozenset(names)
+
+
+def set_cpu_ops(backend: Backend, ops) -> None:
+    """Pin these ggml ops to the CPU on ``backend`` (see :class:`Graph`); names are checked."""
+    wanted = frozenset(str(op).upper() for op in (ops or ()))
+    unknown = sorted(wanted - op_names())
+    if unknown:
+        raise ValueError(f"unknown ggml op name(s) {unknown}; e.g. 'COL2IM_1D', 'MUL_MAT', 'PAD', 'TANH'")
+    backend.cpu_ops = wanted
 
 
 def default_threads() -> int:
@@ -293,6 +324,12 @@ class Graph:
 
     Each Graph has its own ``gallocr``: an allocator shared between cached graphs would
     free memory that earlier graphs still point into when it grows.
+
+    Nodes the backend cannot run (``ggml_backend_supports_op``, or named in
+    ``backend.cpu_ops``) never reach the backend: the graph is then computed by a
+    ``ggml_backend_sched`` over the backend and a CPU backend of its own, with those nodes
+    pinned to the CPU (the scheduler copies their inputs across and their results back).
+    ``cpu_nodes`` counts them by op; a RuntimeWarning names them when the graph is built.
     """
 
     def __init__(self, backend: Backend, ctx_bytes: int, n_nodes: int = 16384):
@@ -301,9 +338,12 @@ class Graph:
         self.gf = lib.ggml_new_graph_custom(self.ctx, n_nodes, False)
         self.n_nodes = n_nodes
         self.galloc = 0
+        self.sched = 0
+        self.cpu_helper: Backend | None = None
+        self.cpu_nodes: dict[str, int] = {}
         self.builder = None
         self.outputs: dict[str, Any] = {}
-        self.last_compute_s = 0.0  # time inside ggml_backend_graph_compute on the last run
+        self.last_compute_s = 0.0  # time inside ggml compute on the last run
 
     def build(self, fn: Callable, builder) -> None:
         """Run ``fn(builder) -> {name: tensor}``, expand the graph and allocate it."""
@@ -316,24 +356,62 @@ class Graph:
         self.outputs = dict(outputs)
         if lib.ggml_graph_n_nodes(self.gf) >= self.n_nodes:
             raise GraphError(f"graph has more than {self.n_nodes} nodes")
-        self._check_support()
-        self.galloc = lib.ggml_gallocr_new(lib.ggml_backend_get_default_buffer_type(self.backend.handle))
-        if not self.galloc or not lib.ggml_gallocr_alloc_graph(self.galloc, self.gf):
-            raise GraphError("could not allocate the graph's compute buffer")
+        on_cpu = self._nodes_for_cpu()
+        if on_cpu:
+            self._allocate_scheduled(on_cpu)
+        else:
+            self.galloc = lib.ggml_gallocr_new(lib.ggml_backend_get_default_buffer_type(self.backend.handle))
+            if not self.galloc or not lib.ggml_gallocr_alloc_graph(self.galloc, self.gf):
+                raise GraphError("could not allocate the graph's compute buffer")
         # An input no op reads gets no memory: uploading to it would abort in ggml.
         builder.inputs[:] = [(t, a) for t, a in builder.inputs if t.contents.buffer]
 
-    def _check_support(self) -> None:
-        if self.backend.is_cpu:
-            return
-        for i in range(lib.ggml_graph_n_nodes(self.gf)):
-            node = lib.ggml_graph_node(self.gf, i)
-            if not self.backend.supports(node):
-                op = lib.ggml_op_desc(node).decode()
-                raise GraphError(f"backend {self.backend.name} does not support op {op}")
+    def _nodes_for_cpu(self) -> list:
+        if self.backend.is_cpu and not self.backend.cpu_ops:
+            return []
+        nodes = (lib.ggml_graph_node(self.gf, i) for i in range(lib.ggml_graph_n_nodes(self.gf)))
+        return [node for node in nodes if not self.backend.runs(node)]
+
+    def _allocate_scheduled(self, on_cpu: list) -> None:
+        for node in on_cpu:
+            name = op_name(node)
+            self.cpu_nodes[name] = self.cpu_nodes.get(name, 0) + 1
+        summary = ", ".join(f"{op} x{n}" for op, n in sorted(self.cpu_nodes.items()))
+        self.cpu_helper = _cpu(self.backend.requested, None)
+        self.cpu_helper.set_threads(self.backend.n_threads if self.backend.is_cpu else default_threads())
+        handles = (ctypes.c_void_p * 2)(self.backend.handle, self.cpu_helper.handle)
+        # Hash-set size: nodes plus leafs (weights, inputs, views) of one graph, with room.
+        self.sched = lib.ggml_backend_sched_new(handles, None, 2, 4 * self.n_nodes, False, False)
+        if not self.sched:
+            raise GraphError("ggml_backend_sched_new failed")
+        for node in on_cpu:
+            lib.ggml_backend_sched_set_tensor_backend(self.sched, node, self.cpu_helper.handle)
+        if not lib.ggml_backend_sched_alloc_graph(self.sched, self.gf):
+            raise GraphError("could not allocate the scheduled graph's buffers")
+        warnings.warn(f"pyggml_codec: backend {self.backend.name} runs these ops on the CPU ({summary}); "
+                      f"graph splits: {self.n_splits}", RuntimeWarning, stacklevel=2)
+        if self.builder is not None:
+            self.builder.lowerings["cpu_ops"] = summary
+
+    @property
+    def n_splits(self) -> int:
+        """Graph splits between backends (1: the whole graph runs on one)."""
+        return int(lib.ggml_backend_sched_get_n_splits(self.sched)) if self.sched else 1
+
+    def node_backend(self, node) -> str:
+        """ggml's name of the backend that runs ``node``."""
+        if not self.sched:
+            return self.backend.device_name
+        handle = lib.ggml_backend_sched_get_tensor_backend(self.sched, node)
+        if handle and handle == self.cpu_helper.handle:
+            return lib.ggml_backend_name(handle).decode() + " (fallback)"
+        return lib.ggml_backend_name(handle).decode() if handle else self.backend.device_name
 
     @property
     def compute_bytes(self) -> int:
+        if self.sched:
+            return sum(int(lib.ggml_backend_sched_get_buffer_size(self.sched, b.handle))
+                       for b in (self.backend, self.cpu_helper))
         return int(lib.ggml_gallocr_get_buffer_size(self.galloc, 0)) if self.galloc else 0
 
     def _upload_inputs(self, fresh_inputs: dict[str, np.ndarray]) -> None:
@@ -345,7 +423,11 @@ class Graph:
         """Upload every input (``fresh_inputs`` replace stored ones by name), compute, download."""
         self._upload_inputs(fresh_inputs or {})
         start = time.perf_counter()
-        status = lib.ggml_backend_graph_compute(self.backend.handle, self.gf)
+        if self.sched:
+            status = lib.ggml_backend_sched_graph_compute(self.sched, self.gf)
+            lib.ggml_backend_sched_synchronize(self.sched)
+        else:
+            status = lib.ggml_backend_graph_compute(self.backend.handle, self.gf)
         self.last_compute_s = time.perf_counter() - start
         if status != 0:
             raise GraphError(f"graph compute failed with ggml status {status}")
@@ -354,7 +436,11 @@ class Graph:
     def profile(self) -> list[tuple[str, tuple[int, ...], float]]:
         """(op, ne, seconds) of each node, computing one node at a time through graph views,
         on the inputs the graph was built with (uploaded again first: the allocator reuses
-        input memory). For finding the dominant ops; the sum is a little above one compute."""
+        input memory). For finding the dominant ops; the sum is a little above one compute.
+        Single-backend graphs only (a scheduled graph's nodes live on two backends)."""
+        if self.sched:
+            raise GraphError(f"per-node profile needs a graph on one backend; this one runs "
+                             f"{', '.join(self.cpu_nodes)} on the CPU")
         self._upload_inputs({})
         out = []
         for i in range(lib.ggml_graph_n_nodes(self.gf)):
@@ -365,7 +451,7 @@ class Graph:
             elapsed = time.perf_counter() - start
             if status != 0:
                 raise GraphError(f"node {i} failed with ggml status {status}")
-            out.append((lib.ggml_op_desc(node).decode(), _ggml.ne(node), elapsed))
+            out.append((op_name(node), _ggml.ne(node), elapsed))
         return out
 
     def free(self) -> None:
@@ -373,6 +459,12 @@ class Graph:
         galloc, self.galloc = self.galloc, 0
         if galloc:
             lib.ggml_gallocr_free(galloc)
+        sched, self.sched = self.sched, 0
+        if sched:
+            lib.ggml_backend_sched_free(sched)
+        helper, self.cpu_helper = self.cpu_helper, None
+        if helper is not None:
+            helper.free()
         ctx, self.ctx = self.ctx, 0
         if ctx:
             lib.ggml_free(ctx)

@@ -44,3 +44,81 @@ def test_auto_without_gpu_is_cpu_without_warning(tiny_model):
 def test_unknown_backend_names_the_choices():
     with pytest.raises(BackendError, match="unknown backend 'tpu'.*cpu, cuda, metal, vulkan"):
         runtime.start_backend("tpu")
+
+
+# --------------------------------------------------------------------------- ops a backend rejects
+
+
+class _RejectingBackend(runtime.Backend):
+    """A CPU backend posing as a GPU backend that lacks some ops: graph-level behavior of a
+    backend whose ``ggml_backend_supports_op`` says no (the math still runs on the CPU)."""
+
+    def __init__(self, rejected: set[str]):
+        super().__init__(runtime.lib.ggml_backend_cpu_init(), "fakegpu", owned=True, requested="fakegpu",
+                         fallback_reason=None)
+        self.rejected = rejected
+
+    def supports(self, tensor) -> bool:
+        return runtime.op_name(tensor) not in self.rejected
+
+
+def _codes(n: int):
+    from parity import random_codes
+
+    return random_codes((64,) + (32,) * 9, n, seed=8)
+
+
+def _audio():
+    from parity import signal
+
+    return signal(44100 + 555, seed=9)
+
+
+def test_rejected_ops_run_on_the_cpu_through_the_scheduler(tiny_model):
+    """Nodes a backend rejects are pinned to a CPU backend by ggml_backend_sched, never sent to
+    the backend (where ggml would abort); the result equals the plain CPU run."""
+    import numpy as np
+
+    from pyggml_codec.codec import Codec
+    from pyggml_codec.model import load_model
+
+    codes, x = _codes(12), _audio()
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1) as ref:
+        want, want_codes = ref.decode(codes), ref.encode(x)
+    backend = _RejectingBackend({"COL2IM_1D", "PAD", "TANH", "ROPE"})
+    model = load_model(tiny_model.f32_path, backend, "all", "f32", None, {"conv_transpose": "col2im"})
+    with Codec(model, "f32") as codec:
+        assert codec.decode_path == "auto" and codec.decode_chunk_frames is None  # a "GPU": fused, one-shot
+        with pytest.warns(RuntimeWarning, match=r"backend fakegpu runs these ops on the CPU \(COL2IM_1D x\d+"):
+            got = codec.decode(codes)
+        assert "COL2IM_1D" in codec.lowerings["cpu_ops"]  # what the last graph built ran on the CPU
+        with pytest.warns(RuntimeWarning, match=r"runs these ops on the CPU \(ROPE x\d+"):
+            got_codes = codec.encode(x)
+        graphs = dict(codec._cache.graphs)
+        assert ("fused", 12) in graphs and not codec.failed_fused_frames
+        fused = graphs[("fused", 12)]
+        assert fused.sched and fused.cpu_nodes["COL2IM_1D"] >= 1 and fused.compute_bytes > 0
+        with pytest.raises(pyggml_codec.GraphError, match="per-node profile needs a graph on one backend"):
+            fused.profile()
+        again = codec.decode(codes)  # cached scheduled graph, computed again
+    err = float(np.abs(got - want).max())
+    print(f"scheduled decode vs CPU: max abs {err:.2e}; encode codes equal: {np.array_equal(got_codes, want_codes)}")
+    assert err <= 1e-6
+    np.testing.assert_array_equal(again, got)
+    np.testing.assert_array_equal(got_codes, want_codes)
+
+
+def test_cpu_ops_pins_named_ops_and_checks_the_names(tiny_model):
+    import numpy as np
+
+    codes = _codes(10)
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1) as ref:
+        want = ref.decode(codes)
+    with pytest.warns(RuntimeWarning, match=r"MUL_MAT x\d+"):
+        with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1, cpu_ops=["mul_mat", "col2im_1d"]) as c:
+            got = c.decode(codes)
+            assert all(g.sched for g in c._cache.graphs.values())
+            assert "MUL_MAT" in c.lowerings["cpu_ops"]
+    assert float(np.abs(got - want).max()) <= 1e-6
+    with pytest.raises(ValueError, match=r"unknown ggml op name\(s\) \['CONV_9D'\]"):
+        pyggml_codec.load(tiny_model.f32_path, backend="cpu", cpu_ops={"conv_9d"})
