@@ -18,6 +18,8 @@ from cffi import FFI
 CDEF = """
 void pg_snake(void * dst, void * x, void * alpha, int ith, int nth, void * userdata);
 void pg_im2col(void * dst, int ith, int nth, void * userdata);
+void pg_bias_snake(void * dst, int ith, int nth, void * userdata);
+void pg_add_bias_residual(void * dst, int ith, int nth, void * userdata);
 int pg_has_f16c(void);
 int pg_tensor_layout(int64_t * offsets);
 """
@@ -87,6 +89,16 @@ static inline uint16_t pg_to_f16(float v) {
 #endif
 }
 
+/* n floats to F16 (round to nearest even), 8 at a time where F16C allows */
+static inline void pg_store_f16(uint16_t * restrict o, const float * restrict v, int64_t n) {
+    int64_t k = 0;
+#if defined(__F16C__) && defined(__AVX__)
+    for (; k + 8 <= n; k += 8)
+        _mm_storeu_si128((__m128i *) (o + k), _mm256_cvtps_ph(_mm256_loadu_ps(v + k), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; k < n; k++) o[k] = pg_to_f16(v[k]);
+}
+
 void pg_im2col(void * dst_, int ith, int nth, void * userdata) {
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * x = dst->src[0];
@@ -109,6 +121,17 @@ void pg_im2col(void * dst_, int ith, int nth, void * userdata) {
                 const int interior = base >= P && base + (K - 1) * d < U;
                 if (f16) {
                     uint16_t * o = (uint16_t *) dst->data + t * row + ic * K;
+#if defined(__F16C__) && defined(__AVX2__)
+                    /* 8 wide: values past K land on the next channels' first slots of this
+                       column, which is written after this one (never for the last channel) */
+                    if (K <= 8 && d == 1 && ic * K + 8 <= row && base >= P && base + 7 * d < U) {
+                        const __m256 v = d == 1 ? _mm256_loadu_ps(src + base)
+                                                : _mm256_i32gather_ps(src + base, _mm256_mullo_epi32(
+                                                      _mm256_set1_epi32((int) d), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), 4);
+                        _mm_storeu_si128((__m128i *) o, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+                        continue;
+                    }
+#endif
                     if (interior) {
                         for (int64_t k = 0; k < K; k++) o[k] = pg_to_f16(src[base + k * d]);
                     } else {
@@ -131,6 +154,78 @@ void pg_im2col(void * dst_, int ith, int nth, void * userdata) {
             }
         }
     }
+}
+
+/* The elements [i0, i1) of a contiguous [n0, rows] tensor, as runs within one row: calls
+   fn(i, len, r, c) for each run starting at flat index i, row r, column c. */
+#define PG_RUNS(i0, i1, n0, ...)                                                        \
+    for (int64_t i = (i0); i < (i1);) {                                                  \
+        const int64_t r = i / (n0), c = i - r * (n0);                                   \
+        const int64_t len = ((n0) - c) < ((i1) - i) ? ((n0) - c) : ((i1) - i);           \
+        __VA_ARGS__                                                                      \
+        i += len;                                                                        \
+    }
+
+/* dst = snake(x + b): a conv's bias and the Snake after it in one pass (the same float
+   operations as ggml_add then pg_snake). src0 x: contiguous F32 [n0, rows]; src1 alpha and
+   src2 bias: F32, [n0, 1] (per column: channels-last) or [1, rows] (per row). dst: F32, or
+   F16 (type 1: the input of an F16 conv, so no separate cast). */
+void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
+    (void) userdata;
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * x = dst->src[0], * alpha = dst->src[1], * bias = dst->src[2];
+    const int64_t n0 = x->ne[0], rows = x->ne[1] * x->ne[2] * x->ne[3], total = n0 * rows;
+    const int64_t per = (total + nth - 1) / nth;
+    const int64_t i0 = per * ith, i1 = i0 + per < total ? i0 + per : total;
+    const float * xs = x->data, * al = alpha->data, * bs = bias->data;
+    const int per_row = alpha->ne[0] == 1, f16 = dst->type != 0;
+    float tmp[256];
+    PG_RUNS(i0, i1, n0, {
+        for (int64_t j0 = 0; j0 < len; j0 += 256) {
+            const int64_t m = len - j0 < 256 ? len - j0 : 256;
+            const float * xi = xs + i + j0;
+            float * y = f16 ? tmp : (float *) dst->data + i + j0;
+            if (per_row) {
+                const float a = al[r], b = bs[r], inv = 1.0f / a;
+                for (int64_t k = 0; k < m; k++) {
+                    const float t = xi[k] + b;
+                    const float sn = sinf(a * t);
+                    y[k] = t + sn * sn * inv;
+                }
+            } else {
+                const float * a = al + c + j0, * b = bs + c + j0;
+                for (int64_t k = 0; k < m; k++) {
+                    const float t = xi[k] + b[k];
+                    const float sn = sinf(a[k] * t);
+                    y[k] = t + sn * sn / a[k];
+                }
+            }
+            if (f16) pg_store_f16((uint16_t *) dst->data + i + j0, tmp, m);
+        }
+    })
+}
+
+/* dst = (h + b) + x: a conv's bias and the residual add after it in one pass (the order of
+   ggml_add(ggml_add(h, b), x)). src0 h, src2 x: contiguous F32 [n0, rows]; src1 bias: F32
+   [n0, 1] or [1, rows]. */
+void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
+    (void) userdata;
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * h = dst->src[0], * bias = dst->src[1], * x = dst->src[2];
+    const int64_t n0 = h->ne[0], rows = h->ne[1] * h->ne[2] * h->ne[3], total = n0 * rows;
+    const int64_t per = (total + nth - 1) / nth;
+    const int64_t i0 = per * ith, i1 = i0 + per < total ? i0 + per : total;
+    const float * hs = h->data, * bs = bias->data, * xs = x->data;
+    float * ys = dst->data;
+    const int per_row = bias->ne[0] == 1;
+    PG_RUNS(i0, i1, n0, {
+        if (per_row) {
+            const float b = bs[r];
+            for (int64_t k = 0; k < len; k++) ys[i + k] = (hs[i + k] + b) + xs[i + k];
+        } else {
+            for (int64_t k = 0; k < len; k++) ys[i + k] = (hs[i + k] + bs[c + k]) + xs[i + k];
+        }
+    })
 }
 
 int pg_has_f16c(void) {

@@ -148,7 +148,7 @@ def conv1x1(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, out: str =
     n = int(lib.ggml_nelements(w))
     cin = shape(x_cl)[0]
     w2 = reshape_2d(g, w, cin, n // cin)
-    if g.f16_convs:
+    if g.f16_convs and _ggml.tensor_type(x_cl) != F16:
         x_cl = lib.ggml_cast(g.ctx, x_cl, F16)
     y = mul_mat(g, x_cl, w2) if out == "CF" else mul_mat(g, w2, x_cl)
     return add_bias(g, y, b, out)

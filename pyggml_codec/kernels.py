@@ -40,9 +40,14 @@ def _load():
     def address(name: str) -> int:
         return int(ffi.cast("uintptr_t", ffi.addressof(klib, name)))
 
+    missing = [n for n in ("pg_snake", "pg_im2col", "pg_bias_snake", "pg_add_bias_residual") if not hasattr(klib, n)]
+    if missing:
+        return None, f"compiled kernels are from another version (missing {', '.join(missing)}; reinstall)"
     ops = {
         "snake": lib.ggml_custom2_op_t(address("pg_snake")),
         "im2col": lib.ggml_custom_op_t(address("pg_im2col")),
+        "bias_snake": lib.ggml_custom_op_t(address("pg_bias_snake")),
+        "add_bias_residual": lib.ggml_custom_op_t(address("pg_add_bias_residual")),
         "f16c": bool(klib.pg_has_f16c()),
     }
     return ops, None
@@ -57,6 +62,25 @@ if not AVAILABLE:
 def snake(ctx, x, alpha):
     """x + sin(alpha x)^2 / alpha in one op (contiguous F32 x and alpha, alpha [1, C] or [C, 1])."""
     return lib.ggml_map_custom2(ctx, x, alpha, _OPS["snake"], N_TASKS_MAX, None)
+
+
+def _custom(ctx, dst_type: int, like, srcs: list, op: str):
+    args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
+    ne = [int(like.contents.ne[i]) for i in range(4)]
+    return lib.ggml_custom_4d(ctx, dst_type, *ne, args, len(srcs), _OPS[op], N_TASKS_MAX, None)
+
+
+def bias_snake(ctx, x, alpha, bias, dst_type: int):
+    """snake(x + bias) in one pass; contiguous F32 x, alpha and bias shaped alike to broadcast
+    (``[C, 1]`` for channels-last x, ``[1, C]`` for channels-first); F32 or F16 (type 1) out."""
+    if dst_type == 1 and not _OPS["f16c"]:
+        raise ValueError("F16 output needs the F16C build of the kernels")
+    return _custom(ctx, dst_type, x, [x, alpha, bias], "bias_snake")
+
+
+def add_bias_residual(ctx, h, bias, x):
+    """(h + bias) + x in one pass; contiguous F32 h and x of one shape, bias broadcast as above."""
+    return _custom(ctx, 0, h, [h, bias, x], "add_bias_residual")
 
 
 def im2col_supported(dst_type: int, k: int, with_prev: bool = False) -> bool:

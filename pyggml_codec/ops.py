@@ -174,6 +174,34 @@ def snake(g: Builder, x: Tensor, alpha: Tensor, layout: str) -> Tensor:
     return lib.ggml_add(g.ctx, x, lib.ggml_div(g.ctx, s, a))
 
 
+def _kernel_ready(g: Builder, *tensors: Tensor) -> bool:
+    return g.snake_kernel and all(_ggml.tensor_type(t) == F32 and lib.ggml_is_contiguous(t) for t in tensors)
+
+
+def bias_snake(g: Builder, x: Tensor, b: Tensor, alpha: Tensor, layout: str, out_type: int = F32) -> Tensor:
+    """snake(x + b), as ``out_type`` (F16: the input of an F16 conv). One compiled pass on the
+    CPU backend (bias add, Snake and cast fused, same float operations); else the ops."""
+    a, bv = channel_vector(g, alpha, layout), channel_vector(g, b, layout)
+    if _kernel_ready(g, x, a, bv):
+        g.lowerings["bias_snake"] = "custom"
+        return kernels.bias_snake(g.ctx, x, a, bv, out_type)
+    g.lowerings["bias_snake"] = "ops"
+    y = snake(g, add(g, x, bv), alpha, layout)
+    return y if out_type == F32 else lib.ggml_cast(g.ctx, y, out_type)
+
+
+def add_bias_residual(g: Builder, h: Tensor, b: Tensor, x: Tensor, layout: str) -> Tensor:
+    """x + (h + b): a conv's bias and a residual connection; one compiled pass on the CPU."""
+    bv = channel_vector(g, b, layout)
+    _check_broadcast("add", h, bv)
+    _check_broadcast("add", x, h)
+    if _kernel_ready(g, h, bv, x) and shape(h) == shape(x):
+        g.lowerings["add_bias_residual"] = "custom"
+        return kernels.add_bias_residual(g.ctx, h, bv, x)
+    g.lowerings["add_bias_residual"] = "ops"
+    return add(g, x, add(g, h, bv))
+
+
 def linear(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
     """x @ W.T (+ b), weight ne ``[in, out]``: CL in, CL out."""
     return add_bias(g, mul_mat(g, w, x_cl), b, "CL")

@@ -18,10 +18,12 @@ RESIDUAL_DILATIONS = (1, 3, 9)  # fixed in upstream code
 def residual_unit(g: Builder, x: Tensor, w, p: str, dilation: int) -> Tensor:
     """Snake -> conv k7 (dilated) -> Snake -> conv k1, plus the input. CF in and out."""
     h = ops.snake(g, x, w[f"{p}.block.0.alpha"], "CF")
-    h = convs.conv1d(g, h, w[f"{p}.block.1.conv.weight"], w[f"{p}.block.1.conv.bias"], dilation=dilation, out="CL")
-    h = ops.snake(g, h, w[f"{p}.block.2.alpha"], "CL")
-    h = convs.conv1x1(g, h, w[f"{p}.block.3.conv.weight"], w[f"{p}.block.3.conv.bias"], out="CF")
-    return ops.add(g, x, h)
+    h = convs.conv1d(g, h, w[f"{p}.block.1.conv.weight"], None, dilation=dilation, out="CL")
+    # bias + Snake (+ the cast to F16 in "s2cpp"), then bias + residual: fused on the CPU.
+    h = ops.bias_snake(g, h, w[f"{p}.block.1.conv.bias"], w[f"{p}.block.2.alpha"], "CL",
+                       ops.F16 if g.f16_convs else ops.F32)
+    h = convs.conv1x1(g, h, w[f"{p}.block.3.conv.weight"], None, out="CF")
+    return ops.add_bias_residual(g, h, w[f"{p}.block.3.conv.bias"], x, "CF")
 
 
 def encoder_block(g: Builder, x: Tensor, w, cfg: CodecConfig, index: int) -> Tensor:

@@ -173,6 +173,49 @@ def test_im2col_kernel_reads_carried_context_in_place(precision, stride, dilatio
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("layout", ["CF", "CL"])
+@pytest.mark.parametrize("out_type", ["f32", "f16"])
+def test_fused_bias_snake_and_residual_kernels_match_numpy(layout, out_type):
+    """snake(x + b) (F32 or F16 out) and x + (h + b) against float64 numpy, both layouts."""
+    if not kernels.AVAILABLE:
+        pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
+    from pyggml_codec import ops
+
+    rng = np.random.default_rng(11)
+    c, t = 24, 1003  # t not a multiple of the threads' split or the kernel's 256-value runs
+    x, h = (rng.standard_normal((c, t)).astype(np.float32) for _ in range(2))
+    alpha = rng.uniform(0.2, 2.0, c).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    arr = (lambda a: a) if layout == "CF" else (lambda a: np.ascontiguousarray(a.T))  # CL: numpy (T, C)
+    backend = runtime.start_backend("cpu")
+    backend.set_threads(2)
+    graph = runtime.Graph(backend, 16 << 20)
+    try:
+        def build(g):
+            xt, ht = g.input("x", arr(x)), g.input("h", arr(h))
+            at, bt = g.input("alpha", alpha), g.input("bias", bias)
+            kind = ops.F16 if out_type == "f16" else ops.F32
+            y = ops.bias_snake(g, xt, bt, at, layout, kind)
+            return {"snake": ops.lib.ggml_cast(g.ctx, y, ops.F32) if kind == ops.F16 else y,
+                    "residual": ops.add_bias_residual(g, ht, bt, xt, layout)}
+
+        graph.build(build, ops.Builder(ctx=graph.ctx, snake_kernel=True))
+        assert graph.builder.lowerings == {"bias_snake": "custom", "add_bias_residual": "custom"}
+        out = graph.run()
+    finally:
+        graph.free()
+        backend.free()
+    x64, b64, a64 = x.astype(np.float64), bias[:, None].astype(np.float64), alpha[:, None].astype(np.float64)
+    want_snake = (x64 + b64) + np.sin(a64 * (x64 + b64)) ** 2 / a64
+    want_res = x64 + (h.astype(np.float64) + b64)
+    got_snake, got_res = (out[k] if layout == "CF" else out[k].T for k in ("snake", "residual"))
+    err_snake = float(np.abs(got_snake - want_snake).max() / np.abs(want_snake).max())
+    err_res = float(np.abs(got_res - want_res).max())
+    print(f"{layout} {out_type}: bias+snake rel max err {err_snake:.2e}, bias+residual max abs {err_res:.2e}")
+    assert err_snake <= (1e-3 if out_type == "f16" else 2e-6)
+    assert err_res <= 1e-6
+
+
 def test_per_op_profile_runs_every_node(tiny_model):
     """Graph.profile (tools/profile_ops.py) recomputes each node alone, after re-uploading inputs."""
     codes = random_codes((64,) + (32,) * 9, 10, seed=6)
