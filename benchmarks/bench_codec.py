@@ -47,6 +47,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also time the default lowering plan against plain ggml ops and ggml_conv_transpose_1d")
     p.add_argument("--windowed", type=int, nargs="*", default=None, metavar="STRIDE",
                    help="also time the C++ engine's windowed decode at these strides (default 4 16)")
+    p.add_argument("--scaling", type=float, nargs="*", default=None, metavar="SECONDS",
+                   help="also time ours alone per second of audio at these lengths (default 1 10 60; F16 file, "
+                        "s2cpp, 2 threads): the flatness check")
+    p.add_argument("--no-streaming", action="store_true", help="skip the streaming rows")
     p.add_argument("--rss-child", nargs=4, metavar=("ENGINE", "MODEL", "SECONDS", "MODE"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.windowed is not None:
@@ -93,7 +97,7 @@ def alternate(ours, theirs, reps: int) -> tuple[float, float]:
     return statistics.median(a), statistics.median(b)
 
 
-def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int) -> list[dict]:
+def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int, streaming: bool = True) -> list[dict]:
     import oracle
     import torch
     from parity import random_codes, signal
@@ -114,12 +118,42 @@ def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int) -> l
         overhead = max(wall - codec.last_compute_s, 0.0) / wall
         rows.append(dict(task=task, seconds=seconds, ours_s=t_ours, oracle_s=t_theirs, ratio=t_theirs / t_ours,
                          cold_s=cold, build_s=max(cold - t_ours, 0.0), python_overhead=overhead))
+    chunk = codec.decode_chunk_frames
+    if chunk and codes.shape[1] > chunk:  # decode() streamed in chunks above; here the one graph
+        codec.clear_cache()
+        codec.decode_chunk_frames = None
+        try:
+            t_one, _ = alternate(lambda: codec.decode(codes), lambda: None, reps)
+        finally:
+            codec.decode_chunk_frames = chunk
+        rows.append(dict(task="decode-one-shot", seconds=seconds, ours_s=t_one,
+                         oracle_s=rows[0]["oracle_s"], ratio=rows[0]["oracle_s"] / t_one))
     if seconds <= 10:  # the fused path (what GPU backends run), forced on the CPU
         codec.clear_cache()
         t_fused, _ = alternate(lambda: codec.decode(codes, decode_path="fused"), lambda: None, reps)
         rows.append(dict(task="decode-fused", seconds=seconds, ours_s=t_fused,
                          oracle_s=rows[0]["oracle_s"], ratio=rows[0]["oracle_s"] / t_fused))
-    rows += bench_streaming(codec, codes, seconds, reps)
+    if streaming:
+        rows += bench_streaming(codec, codes, seconds, reps)
+    return rows
+
+
+def bench_scaling(path: Path, lengths: list[float]) -> list[dict]:
+    """Ours alone: seconds of compute per second of audio, decode and encode, 1 s to 60 s."""
+    import pyggml_codec
+    from parity import random_codes, signal
+
+    rows = []
+    with pyggml_codec.load(path, backend="cpu", precision="s2cpp", n_threads=2) as c:
+        for seconds in lengths:
+            n = int(seconds * 44100)
+            x = signal(n, seed=1)
+            codes = random_codes(c.config.quantizer.codebook_sizes, -(-n // 2048), seed=2)
+            for task, fn in (("decode", lambda: c.decode(codes)), ("encode", lambda: c.encode(x))):
+                fn()
+                t = min(timed_settled(fn) for _ in range(2 if seconds <= 10 else 1))
+                rows.append(dict(task=f"scaling-{task}", seconds=seconds, ours_s=t, per_audio_s=t / seconds))
+                print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -177,10 +211,12 @@ def rss_child(engine: str, model_path: str, seconds: float, mode: str) -> None:
     if engine == "ours":
         import pyggml_codec
 
-        parts = "decode" if mode == "decode" else "all"
+        parts = "decode" if mode.startswith("decode") else "all"
         with pyggml_codec.load(model_path, backend="cpu", n_threads=2, precision="s2cpp", parts=parts) as c:
             codes = random_codes(c.config.quantizer.codebook_sizes, -(-n // 2048), seed=2)
-            if mode == "decode":
+            if mode == "decode-one-shot":
+                c.decode_chunk_frames = None
+            if mode.startswith("decode"):
                 c.decode(codes)
             elif mode == "encode":
                 c.encode(signal(n, seed=1))
@@ -230,6 +266,10 @@ def table(rows: list[dict]) -> str:
                   "|---|---|---|---|---|---|---|"]
         lines += [f"| {r['dtype']} | {r['precision']} | {r['threads']} | {r['task']} | {r['ours_s']:.3f} | "
                   f"{r['variant_s']:.3f} | {r['gain']:.2f}x |" for r in variants]
+    scaling = [r for r in rows if "per_audio_s" in r]
+    if scaling:
+        lines += ["", "| scaling (F16 file, s2cpp, 2 threads) | audio s | ours s | s per s of audio |", "|---|---|---|---|"]
+        lines += [f"| {r['task'][8:]} | {r['seconds']:g} | {r['ours_s']:.2f} | {r['per_audio_s']:.3f} |" for r in scaling]
     stream = [r for r in rows if "cost_vs_one_shot" in r]
     if stream:
         lines += ["", "| file | precision | threads | streaming | audio s | ms per frame | vs one-shot per frame |",
@@ -257,16 +297,20 @@ def main(argv=None) -> int:
                 for threads in args.threads:
                     with pyggml_codec.load(paths[dtype], backend="cpu", precision=precision, n_threads=threads) as c:
                         for seconds in args.seconds:
-                            for r in bench_pair(c, model, seconds, args.reps, threads):
+                            stream = not args.no_streaming and dtype == "f16"
+                            for r in bench_pair(c, model, seconds, args.reps, threads, stream):
                                 rows.append(dict(r, dtype=dtype, precision=precision, threads=threads))
                                 print(json.dumps(rows[-1]), flush=True)
+        if args.scaling is not None:
+            rows += bench_scaling(paths["f16"], args.scaling or [1, 10, 60])
         if args.variants:
             for dtype in args.dtypes:
                 for precision in args.precisions:
                     rows += bench_variants(paths[dtype], dtype, precision, max(args.threads), args.reps)
         rss = {}
         if not args.no_rss:
-            runs = [("ours", "decode", 10), ("oracle", "decode", 10), ("ours", "encode", 10), ("oracle", "encode", 10),
+            runs = [("ours", "decode", 10), ("ours", "decode-one-shot", 10), ("ours", "decode", 60),
+                    ("oracle", "decode", 10), ("ours", "encode", 10), ("oracle", "encode", 10),
                     ("ours", "encode-chunked", 10), ("ours", "encode-chunked", 60)]
             for engine, mode, seconds in runs:
                 key = f"{engine}-{mode}-{seconds}s"
