@@ -55,6 +55,13 @@ int pg_tensor_layout(int64_t * offsets) {
     return 5;
 }
 
+/* Thread ith's share [i0, i1) of total elements split evenly over nth threads. */
+static inline void pg_share(int64_t total, int ith, int nth, int64_t * i0, int64_t * i1) {
+    const int64_t per = (total + nth - 1) / nth;
+    *i0 = per * ith < total ? per * ith : total;
+    *i1 = *i0 + per < total ? *i0 + per : total;
+}
+
 /* y = x + sin(a x)^2 / a over [n] values sharing one alpha */
 static void snake_run(float * restrict y, const float * restrict x, int64_t n, float a) {
     const float inv = 1.0f / a;
@@ -175,8 +182,8 @@ void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * x = dst->src[0], * alpha = dst->src[1], * bias = dst->src[2];
     const int64_t n0 = x->ne[0], rows = x->ne[1] * x->ne[2] * x->ne[3], total = n0 * rows;
-    const int64_t per = (total + nth - 1) / nth;
-    const int64_t i0 = per * ith, i1 = i0 + per < total ? i0 + per : total;
+    int64_t i0, i1;
+    pg_share(total, ith, nth, &i0, &i1);
     const float * xs = x->data, * al = alpha->data, * bs = bias->data;
     const int per_row = alpha->ne[0] == 1, f16 = dst->type != 0;
     float tmp[256];
@@ -213,8 +220,8 @@ void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * h = dst->src[0], * bias = dst->src[1], * x = dst->src[2];
     const int64_t n0 = h->ne[0], rows = h->ne[1] * h->ne[2] * h->ne[3], total = n0 * rows;
-    const int64_t per = (total + nth - 1) / nth;
-    const int64_t i0 = per * ith, i1 = i0 + per < total ? i0 + per : total;
+    int64_t i0, i1;
+    pg_share(total, ith, nth, &i0, &i1);
     const float * hs = h->data, * bs = bias->data, * xs = x->data;
     float * ys = dst->data;
     const int per_row = bias->ne[0] == 1;
@@ -243,8 +250,8 @@ void pg_snake(void * dst_, void * x_, void * alpha_, int ith, int nth, void * us
     const int64_t n0 = x->ne[0];
     const int64_t rows = x->ne[1] * x->ne[2] * x->ne[3];
     const int64_t total = n0 * rows;
-    const int64_t per = (total + nth - 1) / nth;
-    const int64_t i0 = per * ith, i1 = i0 + per < total ? i0 + per : total;
+    int64_t i0, i1;
+    pg_share(total, ith, nth, &i0, &i1);
     const float * xs = x->data;
     const float * al = alpha->data;
     float * ys = dst->data;

@@ -38,7 +38,7 @@ PRECISIONS = ("f32", "s2cpp")
 PAD_POLICIES = ("code_frame", "frame_length")
 DECODE_PATHS = ("auto", "split", "fused")
 GRAPH_CACHE_SIZE = 4  # graphs kept per kind (distinct frame counts)
-DECODE_CHUNK_FRAMES = 64  # about 3 s: the split decode's chunk on CPU (Codec.decode_chunk_frames)
+DECODE_CHUNK_FRAMES = 32  # about 1.5 s: the split decode's chunk on CPU (Codec.decode_chunk_frames)
 
 
 @dataclass

@@ -7,6 +7,7 @@ import pytest
 
 import pyggml_codec
 from parity import max_abs, random_codes, rel_rms, report, signal
+from pyggml_codec.codec import DECODE_CHUNK_FRAMES
 from pyggml_codec.streaming import windowed_schedule
 
 # f32 mode: the streamed graph computes the same sums as one pass except the attention
@@ -144,7 +145,7 @@ def test_long_decode_runs_in_chunks_with_bounded_memory(tiny_model, precision):
     is the chunk's, whatever the length."""
     path = tiny_model.f32_path if precision == "f32" else tiny_model.f16_path
     with pyggml_codec.load(path, backend="cpu", precision=precision, n_threads=1) as c:
-        assert c.decode_chunk_frames == 64
+        assert c.decode_chunk_frames == DECODE_CHUNK_FRAMES
         codes = random_codes(c.config.quantizer.codebook_sizes, 150, seed=12)
         c.decode_chunk_frames = None
         want = c.decode(codes)
