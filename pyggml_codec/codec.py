@@ -209,7 +209,8 @@ class Codec:
         fast_cpu = self.use_custom_kernels and plan["kernels"] and kernels.AVAILABLE
         return ops.Builder(ctx=ctx, precision=self.precision, explicit_causal_mask=plan["mask"] == "explicit",
                            keep_stages=keep_stages, snake_kernel=fast_cpu, im2col_kernel=fast_cpu,
-                           conv_transpose=plan["conv_transpose"], left_pad=plan["left_pad"])
+                           conv_transpose=plan["conv_transpose"], left_pad=plan["left_pad"],
+                           attention=plan["attention"])
 
     def _graph(self, key, ctx_bytes: int, build: Callable[[ops.Builder], dict], keep_stages: bool = False) -> Graph:
         def make() -> Graph:

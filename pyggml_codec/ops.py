@@ -72,6 +72,7 @@ class Builder:
     keep: list = field(default_factory=list)  # host memory custom ops read while the graph lives
     conv_transpose: str = "col2im"  # or "ggml" (ggml_conv_transpose_1d on the file's layout)
     left_pad: str = "pad_ext"  # or "concat" (backends without left padding)
+    attention: str = "full"  # or "blocked": windowed attention in blocks (transformer.py)
 
     @property
     def f16_convs(self) -> bool:

@@ -228,6 +228,7 @@ LOWERING_CHOICES = {
     "conv_transpose": ("col2im", "ggml"),
     "left_pad": ("pad_ext", "concat"),
     "kernels": (True, False),
+    "attention": ("blocked", "full"),
 }
 
 
@@ -264,6 +265,9 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None) -> dict:
         "conv_transpose": "col2im" if support["col2im_1d"] else "ggml",
         "left_pad": "pad_ext" if support["pad_left"] else "concat",
         "kernels": backend.is_cpu,
+        # Sliding-window attention in query blocks over overlapping strided key views: linear
+        # in length. Verified on the CPU; GPUs keep the full masked form (cheap there).
+        "attention": "blocked" if backend.is_cpu else "full",
     }
     for key, value in (overrides or {}).items():
         if key not in LOWERING_CHOICES or value not in LOWERING_CHOICES[key]:

@@ -102,11 +102,75 @@ def _with_history(g: Builder, k: Tensor, v: Tensor, hist: int) -> tuple[Tensor, 
     return out[0], out[1]
 
 
+def blocked_mask(n: int, window: int) -> np.ndarray:
+    """Mask, numpy ``(n_blocks, window, 2 * window)``, of :func:`_blocked_attention`: block j's
+    query i (position j*W + i) against its key slots s (position j*W - W + s)."""
+    n_blocks = -(-n // window)
+    i = np.arange(window)[:, None]
+    s = np.arange(2 * window)[None, :]
+    visible = (s >= i + 1) & (s <= i + window)  # [p - W + 1, p]
+    out = np.broadcast_to(np.where(visible, 0.0, ops.MASKED), (n_blocks, window, 2 * window)).copy()
+    out[0, :, :window] = ops.MASKED  # block 0's first W slots are before position 0
+    return out.astype(np.float32)
+
+
+def _pad_time(g: Builder, t: Tensor, front: int, back: int) -> Tensor:
+    """Zeros before and after ``t`` [hd, heads, T] along T (dim 2)."""
+    if not front and not back:
+        return t
+    if g.left_pad == "pad_ext" or not front:
+        return lib.ggml_pad_ext(g.ctx, t, 0, 0, 0, 0, front, back, 0, 0)
+    hd, heads, n = ops.shape(t)[:3]
+    zeros = g.input(f"zeros.{len(g.inputs)}", np.zeros((front, heads, hd), np.float32))
+    t = lib.ggml_concat(g.ctx, zeros, lib.ggml_cont(g.ctx, t), 2)
+    return lib.ggml_pad_ext(g.ctx, t, 0, 0, 0, 0, 0, back, 0, 0) if back else t
+
+
+def _blocked_attention(g: Builder, q: Tensor, k: Tensor, v: Tensor, cfg: TransformerConfig, mask: Tensor) -> Tensor:
+    """Sliding-window attention in blocks of W = window queries, each against its 2W keys:
+    T * 2W scores instead of T * T (the full form's cost grows with the square of the length).
+
+    Keys and values are padded with W zeros in front (masked) and queries at the back to a
+    whole number of blocks; the key windows are overlapping strided views (no copies).
+    Not streamed (the stream's history mask serves there).
+    Returns [hd, T, H].
+    """
+    hd, nh, n = ops.shape(q)[:3]
+    nkv, wdw = cfg.n_kv_head, cfg.window
+    n_blocks = -(-n // wdw)
+    tail = n_blocks * wdw - n
+    es = 4
+    qp = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, _pad_time(g, q, 0, tail), 0, 2, 1, 3))  # [hd, Tp, H]
+    qb = lib.ggml_reshape_4d(g.ctx, qp, hd, wdw, n_blocks, nh)
+    # ggml sizes a view as if it were contiguous, so the key buffer holds 2W per block (the
+    # back half of the last windows' span is zeros nothing reads unmasked).
+    nk = 2 * wdw * n_blocks
+    kv_back = nk - wdw - n
+    kp = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, _pad_time(g, k, wdw, kv_back), 0, 2, 1, 3))  # [hd, Tk, Hkv]
+    kb = lib.ggml_view_4d(g.ctx, kp, hd, 2 * wdw, n_blocks, nkv, hd * es, wdw * hd * es, nk * hd * es, 0)
+    scores = ops.mul_mat(g, kb, qb)  # [2W, W, blocks, H]
+    probs = lib.ggml_soft_max_ext(g.ctx, scores, mask, 1.0 / float(np.sqrt(hd)), 0.0)
+    vp = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, _pad_time(g, lib.ggml_cont(g.ctx, v), wdw, kv_back),
+                                               1, 2, 0, 3))  # [Tk, hd, Hkv]
+    vb = lib.ggml_view_4d(g.ctx, vp, 2 * wdw, hd, n_blocks, nkv, nk * es, wdw * es, nk * hd * es, 0)
+    out = ops.mul_mat(g, vb, probs)  # [hd, W, blocks, H]
+    out = lib.ggml_reshape_3d(g.ctx, out, hd, n_blocks * wdw, nh)
+    return lib.ggml_view_3d(g.ctx, out, hd, n, nh, out.contents.nb[1], out.contents.nb[2], 0)
+
+
+def uses_blocked_attention(g: Builder, n: int, window: int) -> bool:
+    return g.attention == "blocked" and g.stream is None and 0 < window and n > 2 * window
+
+
 def attention(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tensor, mask: Tensor | None) -> Tensor:
     """Multi-head causal self-attention of CL ``x`` [dim, T] (after carried keys when streamed)."""
     n = ops.shape(x)[1]
     q, k, v = _split_heads(g, ops.mul_mat(g, w["attention.wqkv.weight"], x), cfg, n)
     q, k = _rope(g, q, pos, cfg), _rope(g, k, pos, cfg)
+    if uses_blocked_attention(g, n, cfg.window):
+        out = _blocked_attention(g, q, k, v, cfg, mask)
+        out = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, out, 0, 2, 1, 3))  # [hd, H, T]
+        return ops.mul_mat(g, w["attention.wo.weight"], ops.reshape_2d(g, out, cfg.head_dim * cfg.n_head, n))
     if g.stream is not None and cfg.window > 1:
         k, v = _with_history(g, k, v, cfg.window - 1)
     q = lib.ggml_permute(g.ctx, q, 0, 2, 1, 3)  # [hd, T, H]
@@ -141,6 +205,10 @@ def transformer(g: Builder, x: Tensor, weights, prefix: str, cfg: TransformerCon
     n = ops.shape(x)[1]
     if g.stream is not None:
         pos, mask = stream_inputs(g, n, cfg.window, prefix)
+    elif uses_blocked_attention(g, n, cfg.window):
+        pos = positions_input(g, n, f"{prefix}.pos"[-60:])
+        g.lowerings[f"{prefix}.mask"[-60:]] = "blocked-window"
+        mask = g.input(f"{prefix}.mask"[-60:], blocked_mask(n, cfg.window))
     else:
         pos = positions_input(g, n, f"{prefix}.pos"[-60:])
         mask = mask_input(g, n, cfg.window, f"{prefix}.mask"[-60:])

@@ -18,9 +18,12 @@ F32_REL_RMS = 1e-5  # f32 precision: float32 rounding only, whatever the lowerin
 
 PLANS = {
     "stock-ops": {"kernels": False},
-    "metal-like": {"mask": "explicit", "left_pad": "concat", "conv_transpose": "ggml", "kernels": False},
+    "metal-like": {"mask": "explicit", "left_pad": "concat", "conv_transpose": "ggml", "kernels": False,
+                   "attention": "full"},
+    "concat-pad-blocked": {"left_pad": "concat", "kernels": False},
     "conv-transpose-op": {"conv_transpose": "ggml"},
     "cpu-kernels": {"kernels": True},
+    "full-attention": {"attention": "full"},
 }
 
 
@@ -48,8 +51,33 @@ def test_lowering_matches_oracle(tiny_model, name):
                 or used["quantizer.post_module.mask"] == "window-mask"
         elif key == "kernels":
             assert used["snake"] == ("custom" if value else "chain")
+        elif key == "attention":
+            assert used["quantizer.post_module.mask"] == ("window-mask" if value == "full" else "blocked-window")
         else:
             assert used[key] == value
+
+
+@pytest.mark.parametrize("frames", [17, 24, 41])  # > 2 windows (8): blocked; a partial last block
+def test_blocked_window_attention_equals_full(tiny_model, frames):
+    """The CPU's blocked sliding-window attention (2W keys per block of W queries) against
+    the full T x T masked form, decode and encode (the RVQ transformers, window 8)."""
+    codes = random_codes((64,) + (32,) * 9, frames, seed=frames)
+    x = signal(frames * 2048 - 999, seed=frames)
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu") as a, \
+            pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"attention": "full"}) as b:
+        a.decode_chunk_frames = b.decode_chunk_frames = None  # one graph: the streamed one has its own mask
+        ya, ea = a.decode(codes), a.encode(x, return_stages=True)
+        assert a.lowerings["quantizer.post_module.mask"] == "blocked-window"
+        assert a.lowerings["quantizer.pre_module.mask"] == "blocked-window"
+        yb, eb = b.decode(codes), b.encode(x, return_stages=True)
+        assert b.lowerings["quantizer.post_module.mask"] == "window-mask"
+    report(f"blocked vs full attention decode, {frames} frames", ya, yb)
+    report(f"blocked vs full attention pre_module, {frames} frames", ea.stages["pre_module"], eb.stages["pre_module"])
+    np.testing.assert_allclose(ya, yb, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(ea.stages["pre_module"], eb.stages["pre_module"], rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(ea.codes, eb.codes)
+    rel, _ = report("blocked attention decode vs oracle", ya, oracle.decode(tiny_model.model, codes))
+    assert rel <= F32_REL_RMS
 
 
 def test_explicit_causal_mask_used_when_window_covers_sequence(tiny_model):
@@ -66,7 +94,7 @@ def test_explicit_causal_mask_used_when_window_covers_sequence(tiny_model):
 def test_cpu_plan_and_bad_overrides(tiny_model):
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu") as codec:
         assert codec.plan == {"mask": "diag_mask_inf", "conv_transpose": "col2im", "left_pad": "pad_ext",
-                              "kernels": True}
+                              "kernels": True, "attention": "blocked"}
     with pytest.raises(ValueError, match="unknown lowering"):
         pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"mask": "sometimes"})
 
