@@ -76,7 +76,8 @@ def load(
 
     ``lowerings`` overrides the per-backend choice of graph lowerings (``codec.plan``):
     ``mask`` ("diag_mask_inf"/"explicit"), ``conv_transpose`` ("col2im"/"ggml"),
-    ``left_pad`` ("pad_ext"/"concat"), ``kernels`` (True/False: compiled CPU kernels).
+    ``left_pad`` ("pad_ext"/"concat"), ``kernels`` (True/False: compiled CPU kernels),
+    ``attention`` ("blocked": window attention in query blocks, the CPU default; "full").
 
     Ops the backend rejects (``ggml_backend_supports_op``) run on the CPU through
     ``ggml_backend_sched``, with a ``RuntimeWarning`` naming them (``codec.lowerings["cpu_ops"]``).
