@@ -300,7 +300,7 @@ class Codec:
             model = self._live()
             if model.parts == "encode":
                 raise InputError("this codec was loaded with parts='encode'; decode needs parts='decode' or 'all'")
-            fused = path == "fused" or (path == "auto" and not model.backend.is_cpu)
+            fused = self._fused(path)
             chunk = None if fused or return_stages else self._chunk_frames()
             codes = check_codes(codes, self.config, on_invalid_codes, max_frames=None if chunk else MAX_DECODE_FRAMES)
             n = codes.shape[1]
@@ -333,6 +333,10 @@ class Codec:
         if not stages:
             return audio
         return audio, _stage_arrays({**first, "dec.latent": latent, **second})
+
+    def _fused(self, path: str) -> bool:
+        """Whether decode path ``path`` ("auto", "split", "fused") runs the fused graph here."""
+        return path == "fused" or (path == "auto" and not self._live().backend.is_cpu)
 
     def _chunk_frames(self) -> int | None:
         chunk = self.decode_chunk_frames

@@ -338,11 +338,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except (CodecError, OSError, ValueError) as exc:
         return _error(str(exc) or type(exc).__name__, 1)
     print(report.verdict() if getattr(args, "quiet", False) else report.table())
-    if args.json is not None:
-        try:
-            _write_text(args.json, report.to_json())
-        except OSError as exc:
-            return _error(f"{args.json}: cannot write ({exc.strerror or exc})", 1)
+    if not _write_json(args.json, report.to_json):
+        return 1
     return 0 if report.ok else 1
 
 
@@ -360,12 +357,21 @@ def cmd_bench_backends(args: argparse.Namespace) -> int:
     except (CodecError, OSError, ValueError) as exc:
         return _error(str(exc) or type(exc).__name__, 1)
     print(result.table())
-    if args.json is not None:
-        try:
-            _write_text(args.json, result.to_json())
-        except OSError as exc:
-            return _error(f"{args.json}: cannot write ({exc.strerror or exc})", 1)
+    if not _write_json(args.json, result.to_json):
+        return 1
     return 0 if result.ok else 1
+
+
+def _write_json(path: Path | None, to_json) -> bool:
+    """Write ``to_json()`` to ``path`` (``--json``, if given); False (error printed) when it cannot."""
+    if path is None:
+        return True
+    try:
+        _write_text(path, to_json())
+    except OSError as exc:
+        _error(f"{path}: cannot write ({exc.strerror or exc})", 1)
+        return False
+    return True
 
 
 def _write_text(path: Path, text: str) -> None:

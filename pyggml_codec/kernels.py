@@ -40,16 +40,17 @@ def _load():
     def address(name: str) -> int:
         return int(ffi.cast("uintptr_t", ffi.addressof(klib, name)))
 
-    missing = [n for n in ("pg_snake", "pg_im2col", "pg_bias_snake", "pg_add_bias_residual") if not hasattr(klib, n)]
+    symbols = {  # op -> (C function, ggml callback type)
+        "snake": ("pg_snake", lib.ggml_custom2_op_t),
+        "im2col": ("pg_im2col", lib.ggml_custom_op_t),
+        "bias_snake": ("pg_bias_snake", lib.ggml_custom_op_t),
+        "add_bias_residual": ("pg_add_bias_residual", lib.ggml_custom_op_t),
+    }
+    missing = [sym for sym, _ in symbols.values() if not hasattr(klib, sym)]
     if missing:
         return None, f"compiled kernels are from another version (missing {', '.join(missing)}; reinstall)"
-    ops = {
-        "snake": lib.ggml_custom2_op_t(address("pg_snake")),
-        "im2col": lib.ggml_custom_op_t(address("pg_im2col")),
-        "bias_snake": lib.ggml_custom_op_t(address("pg_bias_snake")),
-        "add_bias_residual": lib.ggml_custom_op_t(address("pg_add_bias_residual")),
-        "f16c": bool(klib.pg_has_f16c()),
-    }
+    ops = {op: kind(address(sym)) for op, (sym, kind) in symbols.items()}
+    ops["f16c"] = bool(klib.pg_has_f16c())
     return ops, None
 
 

@@ -394,8 +394,7 @@ class Graph:
             raise GraphError("could not allocate the scheduled graph's buffers")
         warnings.warn(f"pyggml_codec: backend {self.backend.name} runs these ops on the CPU ({summary}); "
                       f"graph splits: {self.n_splits}", RuntimeWarning, stacklevel=2)
-        if self.builder is not None:
-            self.builder.lowerings["cpu_ops"] = summary
+        self.builder.lowerings["cpu_ops"] = summary
 
     @property
     def n_splits(self) -> int:

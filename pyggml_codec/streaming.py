@@ -101,8 +101,7 @@ class StreamDecoder:
             raise InputError("this codec was loaded with parts='encode'; decode needs parts='decode' or 'all'")
         self._codec = codec
         self.on_invalid_codes = on_invalid_codes
-        path = codec.decode_path
-        self.fused = not split and (path == "fused" or (path == "auto" and not codec._live().backend.is_cpu))
+        self.fused = not split and codec._fused(codec.decode_path)
         self.last_compute_s = 0.0  # seconds inside ggml compute during the last push
         self.reset()
 

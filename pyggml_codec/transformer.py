@@ -139,7 +139,7 @@ def _blocked_attention(g: Builder, q: Tensor, k: Tensor, v: Tensor, cfg: Transfo
     nkv, wdw = cfg.n_kv_head, cfg.window
     n_blocks = -(-n // wdw)
     tail = n_blocks * wdw - n
-    es = 4
+    es = q.contents.nb[0]  # F32 after RoPE
     qp = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, _pad_time(g, q, 0, tail), 0, 2, 1, 3))  # [hd, Tp, H]
     qb = lib.ggml_reshape_4d(g.ctx, qp, hd, wdw, n_blocks, nh)
     # ggml sizes a view as if it were contiguous, so the key buffer holds 2W per block (the
@@ -205,13 +205,14 @@ def transformer(g: Builder, x: Tensor, weights, prefix: str, cfg: TransformerCon
     n = ops.shape(x)[1]
     if g.stream is not None:
         pos, mask = stream_inputs(g, n, cfg.window, prefix)
-    elif uses_blocked_attention(g, n, cfg.window):
-        pos = positions_input(g, n, f"{prefix}.pos"[-60:])
-        g.lowerings[f"{prefix}.mask"[-60:]] = "blocked-window"
-        mask = g.input(f"{prefix}.mask"[-60:], blocked_mask(n, cfg.window))
     else:
         pos = positions_input(g, n, f"{prefix}.pos"[-60:])
-        mask = mask_input(g, n, cfg.window, f"{prefix}.mask"[-60:])
+        mask_name = f"{prefix}.mask"[-60:]
+        if uses_blocked_attention(g, n, cfg.window):
+            g.lowerings[mask_name] = "blocked-window"
+            mask = g.input(mask_name, blocked_mask(n, cfg.window))
+        else:
+            mask = mask_input(g, n, cfg.window, mask_name)
     for i in range(n_layer):
         w = {name: weights[f"{prefix}.layers.{i}.{name}"] for name in LAYER_TENSORS}
         x = layer(g, x, w, cfg, pos, mask)
