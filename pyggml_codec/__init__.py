@@ -77,7 +77,10 @@ def load(
     ``lowerings`` overrides the per-backend choice of graph lowerings (``codec.plan``):
     ``mask`` ("diag_mask_inf"/"explicit"), ``conv_transpose`` ("col2im"/"ggml"),
     ``left_pad`` ("pad_ext"/"concat"), ``kernels`` (True/False: compiled CPU kernels),
-    ``attention`` ("blocked": window attention in query blocks, the CPU default; "full").
+    ``attention`` ("blocked": window attention in query blocks, the CPU default; "full"),
+    ``matmul`` ("blas": F32 products by the OpenBLAS numpy ships, the CPU default where it is
+    found; "ggml"), ``conv`` ("taps": the residual units' dilated convs as one BLAS GEMM per
+    tap in "f32" precision, the CPU default with the BLAS; "im2col").
 
     Ops the backend rejects (``ggml_backend_supports_op``) run on the CPU through
     ``ggml_backend_sched``, with a ``RuntimeWarning`` naming them (``codec.lowerings["cpu_ops"]``).

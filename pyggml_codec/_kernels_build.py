@@ -20,6 +20,8 @@ void pg_snake(void * dst, void * x, void * alpha, int ith, int nth, void * userd
 void pg_im2col(void * dst, int ith, int nth, void * userdata);
 void pg_bias_snake(void * dst, int ith, int nth, void * userdata);
 void pg_add_bias_residual(void * dst, int ith, int nth, void * userdata);
+void pg_mul_mat_blas(void * dst, int ith, int nth, void * userdata);
+void pg_conv_taps(void * dst, int ith, int nth, void * userdata);
 int pg_has_f16c(void);
 int pg_tensor_layout(int64_t * offsets);
 """
@@ -233,6 +235,100 @@ void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
             for (int64_t k = 0; k < len; k++) ys[i + k] = (hs[i + k] + bs[c + k]) + xs[i + k];
         }
     })
+}
+
+/* ggml_mul_mat through a CBLAS sgemm found at run time (kernels.py: numpy's bundled
+ * OpenBLAS, or a library named by PYGGML_CODEC_BLAS). userdata: int64 [3] = the sgemm's
+ * address, the address of openblas_set_num_threads_local, 1 for a 64-bit-integer interface.
+ * src0 a: F32 ne [K, M, A2, A3], src1 b: F32 ne [K, N, B2, B3] (B2 % A2 == 0, B3 % A3 == 0),
+ * both with contiguous rows; dst: contiguous F32 ne [M, N, B2, B3], dst[n][m] = a[m] . b[n].
+ * Each ggml thread runs a single-threaded sgemm on its share of the larger of M and N. */
+typedef void (*pg_sgemm32_t)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t,
+                             const float *, int32_t, float, float *, int32_t);
+typedef void (*pg_sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                             const float *, int64_t, float, float *, int64_t);
+typedef int (*pg_set_threads_t)(int);
+enum { PG_ROW_MAJOR = 101, PG_NO_TRANS = 111, PG_TRANS = 112 };
+
+/* c[rows x cols] = b[rows x k] . op(a) + beta c, row-major; op(a) = a^T ([cols x k]) or a ([k x cols]) */
+static void pg_sgemm(const int64_t * p, int trans_a, int64_t rows, int64_t cols, int64_t k, const float * b,
+                     int64_t ldb, const float * a, int64_t lda, float beta, float * c, int64_t ldc) {
+    const int ta = trans_a ? PG_TRANS : PG_NO_TRANS;
+    if (p[2]) ((pg_sgemm64_t)(uintptr_t)p[0])(PG_ROW_MAJOR, PG_NO_TRANS, ta, rows, cols, k, 1.0f,
+                                               b, ldb, a, lda, beta, c, ldc);
+    else ((pg_sgemm32_t)(uintptr_t)p[0])(PG_ROW_MAJOR, PG_NO_TRANS, ta, (int32_t)rows, (int32_t)cols,
+                                         (int32_t)k, 1.0f, b, (int32_t)ldb, a, (int32_t)lda, beta, c,
+                                         (int32_t)ldc);
+}
+
+void pg_mul_mat_blas(void * dst_, int ith, int nth, void * userdata) {
+    const int64_t * p = userdata;
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * a = dst->src[0], * b = dst->src[1];
+    const int64_t k = a->ne[0], m = a->ne[1], n = b->ne[1];
+    const int64_t lda = (int64_t)(a->nb[1] / sizeof(float)), ldb = (int64_t)(b->nb[1] / sizeof(float));
+    const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
+    const int split_n = n >= m;
+    const int64_t len = split_n ? n : m;
+    /* shares in multiples of 16 rows/columns, so that every sgemm works on whole SIMD panels */
+    const int64_t per = ((len + nth - 1) / nth + 15) / 16 * 16;
+    const int64_t i0 = per * ith < len ? per * ith : len;
+    const int64_t i1 = i0 + per < len ? i0 + per : len;
+    if (i0 >= i1) return;
+    const int prev = ((pg_set_threads_t)(uintptr_t)p[1])(1);
+    for (int64_t i3 = 0; i3 < b->ne[3]; i3++) {
+        for (int64_t i2 = 0; i2 < b->ne[2]; i2++) {
+            const float * ap = (const float *)((const char *)a->data + (i2 / r2) * a->nb[2] + (i3 / r3) * a->nb[3]);
+            const float * bp = (const float *)((const char *)b->data + i2 * b->nb[2] + i3 * b->nb[3]);
+            float * cp = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
+            if (split_n) pg_sgemm(p, 1, i1 - i0, m, k, bp + i0 * ldb, ldb, ap, lda, 0.0f, cp + i0 * m, m);
+            else pg_sgemm(p, 1, n, i1 - i0, k, bp, ldb, ap + i0 * lda, lda, 0.0f, cp + i0, m);
+        }
+    }
+    ((pg_set_threads_t)(uintptr_t)p[1])(prev);
+}
+
+/* Causal stride-1 conv of a channels-first signal as one GEMM per tap, through the BLAS
+ * (no im2col): y[:, t] = sum_k W_k . xpad[:, t + k d], xpad = (prev or P zeros) then x,
+ * P = (K - 1) d. userdata: int64 [6] = BLAS block (3, as pg_mul_mat_blas), K, d, chunk.
+ * src0 w: contiguous F32 ne [Cin, Cout, K] (tap k: row-major Cout x Cin); src1 x: F32
+ * ne [L, Cin] with contiguous rows; src2 (optional) prev: F32 ne [P, Cin], likewise;
+ * dst: contiguous F32 ne [L, Cout]. Threads split the time axis; each works in chunks of
+ * `chunk` columns so that a chunk's output stays in cache across the K taps. */
+void pg_conv_taps(void * dst_, int ith, int nth, void * userdata) {
+    const int64_t * p = userdata;
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * w = dst->src[0], * x = dst->src[1], * pv = dst->src[2];
+    const int64_t kk = p[3], d = p[4], chunk = p[5];
+    const int64_t cin = w->ne[0], cout = w->ne[1], len = x->ne[1] == cin ? x->ne[0] : 0;
+    const int64_t pad = (kk - 1) * d;
+    const int64_t ldx = (int64_t)(x->nb[1] / sizeof(float)), ldy = dst->ne[0];
+    const float * wp = w->data, * xp = x->data;
+    const float * pp = pv ? pv->data : NULL;
+    const int64_t ldp = pv ? (int64_t)(pv->nb[1] / sizeof(float)) : 0;
+    float * yp = dst->data;
+    const int64_t per = ((len + nth - 1) / nth + 15) / 16 * 16;
+    const int64_t t0 = per * ith < len ? per * ith : len;
+    const int64_t t1 = t0 + per < len ? t0 + per : len;
+    if (t0 >= t1) return;
+    const int prev_threads = ((pg_set_threads_t)(uintptr_t)p[1])(1);
+    for (int64_t a = t0; a < t1; a += chunk) {
+        const int64_t b = a + chunk < t1 ? a + chunk : t1;
+        /* the last tap (shift 0) covers every column: it initialises the chunk */
+        for (int64_t k = kk - 1; k >= 0; k--) {
+            const int64_t shift = pad - k * d;  /* output t reads x[t - shift] */
+            const float * wk = wp + k * cout * cin;
+            const float beta = k == kk - 1 ? 0.0f : 1.0f;
+            const int64_t s0 = a > shift ? a : shift;  /* columns fed by x */
+            if (s0 < b)
+                pg_sgemm(p, 0, cout, b - s0, cin, wk, cin, xp + (s0 - shift), ldx, beta, yp + s0, ldy);
+            if (pp && a < shift) {  /* columns fed by the carried context: prev[t + k d] */
+                const int64_t e = b < shift ? b : shift;
+                pg_sgemm(p, 0, cout, e - a, cin, wk, cin, pp + (a + k * d), ldp, beta, yp + a, ldy);
+            }
+        }
+    }
+    ((pg_set_threads_t)(uintptr_t)p[1])(prev_threads);
 }
 
 int pg_has_f16c(void) {

@@ -143,6 +143,49 @@ def conv1d(g: Builder, x_cf: Tensor, w: Tensor, b: Tensor | None, *, stride: int
     return add_bias(g, y, b, out)
 
 
+def residual_conv(g: Builder, x_cf: Tensor, w: Tensor, dilation: int) -> Tensor:
+    """A residual unit's causal dilated conv (stride 1, no bias): CF in, CF out.
+
+    With ``g.conv == "taps"``: one BLAS GEMM per tap over the signal in place (kernels.py),
+    reading a stream's carried context where causal padding puts zeros. Otherwise im2col and
+    one GEMM (``conv1d``), CL out; weights held per tap (``g.ru_weights``) are first put
+    back in the file's layout (when kernels were switched off after loading).
+    """
+    if g.conv != "taps":
+        g.lowerings["conv"] = "im2col"
+        if g.ru_weights == "taps":  # ne [Cin, Cout, K] -> [K, Cin, Cout]
+            w = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, w, 1, 2, 0, 3))
+        return conv1d(g, x_cf, w, None, dilation=dilation, out="CL")
+    cin, _, k = shape(w)[:3]
+    if shape(x_cf)[1] != cin:
+        raise ValueError(f"conv expects {cin} input channels, got {shape(x_cf)[1]}")
+    g.lowerings["conv"] = "taps"
+    return _taps(g, x_cf, w, k, dilation, (k - 1) * dilation)
+
+
+def _taps(g: Builder, x_cf: Tensor, w: Tensor, k: int, dilation: int, left: int) -> Tensor:
+    length, c = shape(x_cf)[:2]
+    if g.stream is None or not left:
+        return kernels.conv_taps(g.ctx, w, x_cf, k, dilation, g.keep)
+    if length >= left:  # the carried context is read in place; the next is x's own tail
+        name, prev = carry_input(g, (left, c))
+        emit_carry(g, name, lib.ggml_view_2d(g.ctx, x_cf, left, c, x_cf.contents.nb[1],
+                                             (length - left) * x_cf.contents.nb[0]))
+        return kernels.conv_taps(g.ctx, w, x_cf, k, dilation, g.keep, prev)
+    xc = with_left_context(g, x_cf, left)  # a chunk shorter than the context: concat first
+    nb1 = xc.contents.nb[1]
+    prev = lib.ggml_view_2d(g.ctx, xc, left, c, nb1, 0)
+    x_cf = lib.ggml_view_2d(g.ctx, xc, length, c, nb1, left * xc.contents.nb[0])
+    return kernels.conv_taps(g.ctx, w, x_cf, k, dilation, g.keep, prev)
+
+
+def pointwise_taps(g: Builder, x_cf: Tensor, w: Tensor) -> Tensor:
+    """Pointwise conv (weight ne ``[1, Cin, Cout]``) by the BLAS: CF in, CF out (``g.conv == "taps"``)."""
+    cin = shape(x_cf)[1]
+    n = int(lib.ggml_nelements(w))
+    return kernels.conv_taps(g.ctx, lib.ggml_reshape_3d(g.ctx, w, cin, n // cin, 1), x_cf, 1, 1, g.keep)
+
+
 def conv1x1(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, out: str = "CF") -> Tensor:
     """Pointwise conv, weight ne ``[1, Cin, Cout]`` (or ``[Cin, Cout]``); CL in, ``out`` out."""
     n = int(lib.ggml_nelements(w))

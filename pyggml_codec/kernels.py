@@ -10,12 +10,20 @@ the compiled module is missing or does not match, graphs use plain ggml ops and
   interleaves threads over input channels within every output column; this one gives each
   thread blocks of columns and skips bounds checks inside the signal: 2.7-4.5 GB/s against
   0.8-1.0 measured side by side. Same output, bit for bit.
+* F32 matrix products through a CBLAS ``sgemm`` (``BLAS``, below): ggml 0.15.3's F32
+  ``mul_mat`` ran the codec's conv GEMMs at 80-100 GFLOP/s on the 2-core AVX2 machine, the
+  OpenBLAS that numpy ships at 130-175 (side by side). Each ggml thread runs a
+  single-threaded sgemm on its share of the product, so ggml's threads stay in charge.
 """
 
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
+import glob
 import logging
+import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -45,12 +53,15 @@ def _load():
         "im2col": ("pg_im2col", lib.ggml_custom_op_t),
         "bias_snake": ("pg_bias_snake", lib.ggml_custom_op_t),
         "add_bias_residual": ("pg_add_bias_residual", lib.ggml_custom_op_t),
+        "mul_mat_blas": ("pg_mul_mat_blas", lib.ggml_custom_op_t),
+        "conv_taps": ("pg_conv_taps", lib.ggml_custom_op_t),
     }
     missing = [sym for sym, _ in symbols.values() if not hasattr(klib, sym)]
     if missing:
         return None, f"compiled kernels are from another version (missing {', '.join(missing)}; reinstall)"
     ops = {op: kind(address(sym)) for op, (sym, kind) in symbols.items()}
     ops["f16c"] = bool(klib.pg_has_f16c())
+    ops["by_address"] = {address(sym): op for op, (sym, _) in symbols.items()}
     return ops, None
 
 
@@ -58,6 +69,15 @@ _OPS, UNAVAILABLE_REASON = _load()
 AVAILABLE = _OPS is not None
 if not AVAILABLE:
     log.info("custom CPU kernels unavailable: %s; using plain ggml ops", UNAVAILABLE_REASON)
+
+
+def kernel_name(node) -> str | None:
+    """Which of these kernels a CUSTOM / MAP_CUSTOM2 node runs (its callback is the first
+    field of the op parameters ggml stores), or None."""
+    if not AVAILABLE:
+        return None
+    params = ctypes.addressof(node.contents) + lib.ggml_tensor.op_params.offset
+    return _OPS["by_address"].get(ctypes.c_void_p.from_address(params).value)
 
 
 def snake(ctx, x, alpha):
@@ -109,3 +129,112 @@ def im2col(ctx, x, k: int, stride: int, dilation: int, pad: int, n_out: int, dst
     ic = int(x.contents.ne[1])
     return lib.ggml_custom_4d(ctx, dst_type, ic * k, n_out, 1, 1, args, len(srcs), _OPS["im2col"], N_TASKS_MAX,
                               params.ctypes.data_as(ctypes.c_void_p))
+
+
+# --------------------------------------------------------------------------- BLAS
+
+
+@dataclass(frozen=True)
+class Blas:
+    """A CBLAS ``sgemm`` the matrix-product kernel calls, with its thread control."""
+
+    path: str
+    sgemm: str  # symbol name
+    ilp64: bool  # 64-bit integer interface
+    params: np.ndarray  # int64 [sgemm address, set_num_threads_local address, ilp64]
+
+
+_SGEMM_SYMBOLS = (("scipy_cblas_sgemm64_", True), ("cblas_sgemm64_", True), ("scipy_cblas_sgemm", False),
+                  ("cblas_sgemm", False))
+_LOCAL_THREADS_SYMBOLS = ("openblas_set_num_threads_local", "scipy_openblas_set_num_threads_local64_",
+                          "scipy_openblas_set_num_threads_local")
+BLAS_ENV = "PYGGML_CODEC_BLAS"  # "off", or the path of a CBLAS library (OpenBLAS >= 0.3.27)
+
+
+def _blas_candidates() -> list[str]:
+    """numpy's bundled OpenBLAS (manylinux, macOS and Windows wheels), then a system one."""
+    found = []
+    try:
+        import numpy
+
+        root = os.path.dirname(os.path.dirname(numpy.__file__))
+        for folder in (os.path.join(root, "numpy.libs"), os.path.join(os.path.dirname(numpy.__file__), ".dylibs")):
+            found += sorted(glob.glob(os.path.join(folder, "*openblas*")))
+    except Exception:  # pragma: no cover - numpy is a dependency
+        pass
+    system = ctypes.util.find_library("openblas")
+    return found + ([system] if system else [])
+
+
+def _open_blas(path: str) -> tuple[Blas | None, str]:
+    try:
+        dll = ctypes.CDLL(path)
+    except OSError as exc:
+        return None, f"{path}: {exc}"
+    for name, ilp64 in _SGEMM_SYMBOLS:
+        if hasattr(dll, name):
+            break
+    else:
+        return None, f"{path}: no cblas_sgemm"
+    local = next((sym for sym in _LOCAL_THREADS_SYMBOLS if hasattr(dll, sym)), None)
+    if local is None:  # without it every thread's sgemm would start its own thread pool
+        return None, f"{path}: no openblas_set_num_threads_local (OpenBLAS >= 0.3.27 needed)"
+    address = [ctypes.cast(getattr(dll, sym), ctypes.c_void_p).value for sym in (name, local)]
+    return Blas(path, name, ilp64, np.array(address + [int(ilp64)], dtype=np.int64)), ""
+
+
+def _find_blas() -> tuple[Blas | None, str]:
+    if not AVAILABLE:
+        return None, UNAVAILABLE_REASON or "compiled kernels unavailable"
+    choice = os.environ.get(BLAS_ENV, "")
+    if choice.lower() in ("off", "0", "no", "none"):
+        return None, f"disabled by {BLAS_ENV}={choice}"
+    reasons = []
+    for path in [choice] if choice else _blas_candidates():
+        blas, why = _open_blas(path)
+        if blas is not None:
+            return blas, ""
+        reasons.append(why)
+    return None, "; ".join(reasons) or "no OpenBLAS found"
+
+
+BLAS, BLAS_UNAVAILABLE_REASON = _find_blas()
+if BLAS is None:
+    log.info("BLAS matrix products unavailable: %s; using ggml's mul_mat", BLAS_UNAVAILABLE_REASON)
+
+
+def mul_mat_blas_supported(a, b) -> bool:
+    """Both F32 with contiguous rows and ggml's broadcast of ``a`` over ``b``'s batches."""
+    if BLAS is None:
+        return False
+    for t in (a, b):
+        if int(t.contents.type) != 0 or int(t.contents.nb[0]) != 4 or int(t.contents.nb[1]) % 4:
+            return False
+    return (int(b.contents.ne[2]) % int(a.contents.ne[2]) == 0
+            and int(b.contents.ne[3]) % int(a.contents.ne[3]) == 0)
+
+
+def mul_mat_blas(ctx, a, b):
+    """``ggml_mul_mat(a, b)`` (F32) computed by the BLAS: ne ``[a.ne1, b.ne1, b.ne2, b.ne3]``."""
+    args = (ctypes.POINTER(lib.ggml_tensor) * 2)(a, b)
+    ne = (int(a.contents.ne[1]), int(b.contents.ne[1]), int(b.contents.ne[2]), int(b.contents.ne[3]))
+    return lib.ggml_custom_4d(ctx, 0, *ne, args, 2, _OPS["mul_mat_blas"], N_TASKS_MAX,
+                              BLAS.params.ctypes.data_as(ctypes.c_void_p))
+
+
+CONV_CHUNK_BYTES = 256 * 1024  # a chunk's output (Cout x chunk F32) kept near L2's size
+
+
+def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None):
+    """Causal stride-1 conv of CF ``x`` (F32 ne ``[L, Cin]``, contiguous rows) by per-tap
+    matrices ``w`` (contiguous F32 ne ``[Cin, Cout, K]``): CF ``[L, Cout]``, one sgemm per tap
+    and no im2col. ``prev`` (F32 ne ``[(K-1)*dilation, Cin]``): the carried left context,
+    read in place where the zeros of causal padding stand. ``keep`` outlives the graph."""
+    cin, cout = int(w.contents.ne[0]), int(w.contents.ne[1])
+    chunk = max(64, CONV_CHUNK_BYTES // (4 * cout) // 16 * 16)
+    params = np.concatenate([BLAS.params, np.array([k, dilation, chunk], dtype=np.int64)])
+    keep.append(params)
+    srcs = [w, x] if prev is None else [w, x, prev]
+    args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
+    return lib.ggml_custom_4d(ctx, 0, int(x.contents.ne[0]), cout, 1, 1, args, len(srcs), _OPS["conv_taps"],
+                              N_TASKS_MAX, params.ctypes.data_as(ctypes.c_void_p))

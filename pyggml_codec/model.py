@@ -116,8 +116,7 @@ def _upload(model: LoadedModel, mf: ModelFile, prefix: str, specs: list[TensorSp
     upload one tensor at a time."""
     own = []
     for s in specs:
-        ggml_type, shape = backend_layout(s, mf.tensors[prefix + s.name].ggml_type, precision,
-                                          model.plan["conv_transpose"])
+        ggml_type, shape = backend_layout(s, mf.tensors[prefix + s.name].ggml_type, precision, model.plan)
         host = host_tensors.get(prefix + s.name)
         if host is not None and _usable_in_place(host, ggml_type, shape):
             model.weights[s.name] = host
@@ -134,7 +133,7 @@ def _upload(model: LoadedModel, mf: ModelFile, prefix: str, specs: list[TensorSp
         model.weights[s.name] = t
     model.loaded_bytes = buf.allocate()
     for s, _, _ in own:
-        _ggml.upload(model.weights[s.name], backend_array(mf, prefix, s, precision, model.plan["conv_transpose"]))
+        _ggml.upload(model.weights[s.name], backend_array(mf, prefix, s, precision, model.plan))
 
 
 def _vq_stages(mf: ModelFile, prefix: str, specs: list[TensorSpec], cfg: CodecConfig) -> list[VQStage]:

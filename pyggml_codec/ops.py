@@ -73,6 +73,9 @@ class Builder:
     conv_transpose: str = "col2im"  # or "ggml" (ggml_conv_transpose_1d on the file's layout)
     left_pad: str = "pad_ext"  # or "concat" (backends without left padding)
     attention: str = "full"  # or "blocked": windowed attention in blocks (transformer.py)
+    matmul: str = "ggml"  # or "blas": F32 products by the BLAS kernel (CPU backend only)
+    conv: str = "im2col"  # or "taps": residual-unit convs as a BLAS GEMM per tap (CPU, f32)
+    ru_weights: str = "conv"  # layout of the residual-unit conv weights: "conv" or "taps"
 
     @property
     def f16_convs(self) -> bool:
@@ -126,7 +129,10 @@ def mul_mat(g: Builder, a: Tensor, b: Tensor) -> Tensor:
         raise ValueError(f"mul_mat of ne {list(sa)} and {list(sb)}")
     if _ggml.tensor_type(a) == F32 and _ggml.tensor_type(b) == F16:
         raise ValueError("mul_mat with F32 src0 and F16 src1 is not supported by ggml")
-    return lib.ggml_mul_mat(g.ctx, a, b)
+    blas = g.matmul == "blas" and kernels.mul_mat_blas_supported(a, b)
+    used = set(g.lowerings.get("matmul", "").split("+")) - {""}
+    g.lowerings["matmul"] = "+".join(sorted(used | {"blas" if blas else "ggml"}))
+    return kernels.mul_mat_blas(g.ctx, a, b) if blas else lib.ggml_mul_mat(g.ctx, a, b)
 
 
 def _check_broadcast(op: str, a: Tensor, b: Tensor) -> None:

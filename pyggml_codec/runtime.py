@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _ggml
+from . import _ggml, kernels
 from ._ggml import lib
 from .errors import BackendError, GraphError
 
@@ -134,6 +134,13 @@ def op_name(tensor) -> str:
     return lib.ggml_op_desc(tensor).decode()
 
 
+def node_label(tensor) -> str:
+    """:func:`op_name`, with a custom op's kernel added ("CUSTOM:conv_taps") for profiles."""
+    name = op_name(tensor)
+    kernel = kernels.kernel_name(tensor) if name in ("CUSTOM", "MAP_CUSTOM2") else None
+    return f"{name}:{kernel}" if kernel else name
+
+
 def op_names() -> frozenset[str]:
     """Every name :func:`op_name` can give in this ggml build."""
     names = {lib.ggml_op_name(i).decode() for i in range(lib.GGML_OP_COUNT)}
@@ -229,6 +236,8 @@ LOWERING_CHOICES = {
     "left_pad": ("pad_ext", "concat"),
     "kernels": (True, False),
     "attention": ("blocked", "full"),
+    "matmul": ("blas", "ggml"),
+    "conv": ("taps", "im2col"),
 }
 
 
@@ -268,6 +277,12 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None) -> dict:
         # Sliding-window attention in query blocks over overlapping strided key views: linear
         # in length. Verified on the CPU; GPUs keep the full masked form (cheap there).
         "attention": "blocked" if backend.is_cpu else "full",
+        # F32 products through the BLAS numpy ships (kernels.py): 1.2-3.8x ggml's F32 mul_mat
+        # on the CPU; F16 products stay with ggml.
+        "matmul": "blas" if backend.is_cpu and kernels.BLAS is not None else "ggml",
+        # The residual units' dilated convs (most of the FLOPs) as one BLAS GEMM per tap
+        # over the signal in place, instead of im2col columns; f32 precision only.
+        "conv": "taps" if backend.is_cpu and kernels.BLAS is not None else "im2col",
     }
     for key, value in (overrides or {}).items():
         if key not in LOWERING_CHOICES or value not in LOWERING_CHOICES[key]:
@@ -275,7 +290,17 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None) -> dict:
             raise ValueError(f"unknown lowering {key}={value!r}; choices: {choices}")
         if key == "kernels" and value and not backend.is_cpu:
             raise ValueError("custom kernels run on the CPU backend only")
+        if key in ("matmul", "conv") and value in ("blas", "taps"):
+            if not backend.is_cpu:
+                raise ValueError(f"{key}={value!r} runs on the CPU backend only (through the BLAS)")
+            if kernels.BLAS is None:
+                raise ValueError(f"BLAS matrix products unavailable: {kernels.BLAS_UNAVAILABLE_REASON}")
         plan[key] = value
+    if not plan["kernels"]:  # the BLAS lowerings are compiled kernels too
+        for key, plain in (("matmul", "ggml"), ("conv", "im2col")):
+            if (overrides or {}).get(key, plain) != plain:
+                raise ValueError(f"{key}={overrides[key]!r} needs the compiled kernels (kernels=True)")
+            plan[key] = plain
     if plan["conv_transpose"] == "ggml" and not support["conv_transpose_1d"]:
         raise BackendError(f"backend {backend.name} supports neither COL2IM_1D nor CONV_TRANSPOSE_1D")
     return plan
@@ -454,7 +479,7 @@ class Graph:
             elapsed = time.perf_counter() - start
             if status != 0:
                 raise GraphError(f"node {i} failed with ggml status {status}")
-            out.append((op_name(node), _ggml.ne(node), elapsed))
+            out.append((node_label(node), _ggml.ne(node), elapsed))
         return out
 
     def free(self) -> None:

@@ -18,8 +18,12 @@ RESIDUAL_DILATIONS = (1, 3, 9)  # fixed in upstream code
 def residual_unit(g: Builder, x: Tensor, w, p: str, dilation: int) -> Tensor:
     """Snake -> conv k7 (dilated) -> Snake -> conv k1, plus the input. CF in and out."""
     h = ops.snake(g, x, w[f"{p}.block.0.alpha"], "CF")
-    h = convs.conv1d(g, h, w[f"{p}.block.1.conv.weight"], None, dilation=dilation, out="CL")
+    h = convs.residual_conv(g, h, w[f"{p}.block.1.conv.weight"], dilation)
     # bias + Snake (+ the cast to F16 in "s2cpp"), then bias + residual: fused on the CPU.
+    if g.conv == "taps":  # CF throughout: BLAS GEMMs over the signal in place
+        h = ops.bias_snake(g, h, w[f"{p}.block.1.conv.bias"], w[f"{p}.block.2.alpha"], "CF", ops.F32)
+        h = convs.pointwise_taps(g, h, w[f"{p}.block.3.conv.weight"])
+        return ops.add_bias_residual(g, h, w[f"{p}.block.3.conv.bias"], x, "CF")
     h = ops.bias_snake(g, h, w[f"{p}.block.1.conv.bias"], w[f"{p}.block.2.alpha"], "CL",
                        ops.F16 if g.f16_convs else ops.F32)
     h = convs.conv1x1(g, h, w[f"{p}.block.3.conv.weight"], None, out="CF")

@@ -5,6 +5,8 @@ its role; loading checks presence, shape and type of each and refuses unexpected
 tensors. Roles decide how a tensor is held on the backend:
 
 * ``conv``   conv weights: F32 in "f32" mode, F16 in "s2cpp" mode (as ggml_conv_1d needs);
+* ``conv_ru`` the residual units' dilated convs: as ``conv``, except where the plan runs them
+  as one GEMM per tap (``taps_layout``): F32 re-laid to ne [Cin, Cout, K], a matrix per tap;
 * ``linear`` transformer / ConvNeXt matrices: F32 in "f32" mode, as stored in "s2cpp";
 * ``convT``  conv-transpose weights, F32, re-laid to ne [Cin, K, Cout] for one GEMM;
 * ``f32``    vectors, codebooks, depthwise kernels, VQ out_proj: F32;
@@ -41,7 +43,7 @@ class TensorSpec:
 
 
 def _conv(specs: list, p: str, cout: int, cin: int, k: int, parts, role: str = "conv") -> None:
-    specs.append(TensorSpec(f"{p}.weight", (cout, cin, k) if role == "conv" else (cin, cout, k), role, parts))
+    specs.append(TensorSpec(f"{p}.weight", (cin, cout, k) if role == "convT" else (cout, cin, k), role, parts))
     specs.append(TensorSpec(f"{p}.bias", (cout,), "f32", parts))
 
 
@@ -53,7 +55,7 @@ def _residual_units(specs: list, p: str, first: int, c: int, parts) -> None:
     for j in range(len(RESIDUAL_DILATIONS)):
         q = f"{p}.block.{first + j}.block"
         _vec(specs, f"{q}.0.alpha", (1, c, 1), parts)
-        _conv(specs, f"{q}.1.conv", c, c, RU_K, parts)
+        _conv(specs, f"{q}.1.conv", c, c, RU_K, parts, role="conv_ru")
         _vec(specs, f"{q}.2.alpha", (1, c, 1), parts)
         _conv(specs, f"{q}.3.conv", c, c, 1, parts)
 
@@ -186,27 +188,37 @@ def host_array(mf: ModelFile, prefix: str, spec: TensorSpec) -> np.ndarray:
     return np.asarray(info.data).reshape(spec.shape).astype(np.float32)
 
 
-def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, precision: str,
-                  conv_transpose: str = "col2im") -> np.ndarray:
+def taps_layout(plan: dict, precision: str) -> bool:
+    """Whether the residual units' dilated convs are held per tap (plan ``conv="taps"``, which
+    the f32 precision uses; "s2cpp" keeps F16 im2col columns, as the C++ engine does)."""
+    return plan.get("conv") == "taps" and precision == "f32"
+
+
+def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, precision: str, plan: dict) -> np.ndarray:
     """The tensor as it is held on the backend (dtype and layout per role), numpy order."""
     info = mf.tensors[prefix + spec.name]
     data = np.asarray(info.data).reshape(spec.shape)
-    if spec.role == "convT" and conv_transpose == "col2im":  # (Cin, Cout, K) -> (Cout, K, Cin): ne [Cin, K, Cout]
+    if spec.role == "convT" and plan["conv_transpose"] == "col2im":  # (Cin, Cout, K) -> (Cout, K, Cin): ne [Cin, K, Cout]
         return np.ascontiguousarray(data.astype(np.float32).transpose(1, 2, 0))
-    if spec.role == "conv":
+    if spec.role == "conv_ru" and taps_layout(plan, precision):  # (Cout, Cin, K) -> (K, Cout, Cin)
+        return np.ascontiguousarray(data.astype(np.float32).transpose(2, 0, 1))
+    if spec.role in ("conv", "conv_ru"):
         return data.astype(np.float16 if precision == "s2cpp" else np.float32)
     if spec.role == "linear":
         return data if precision == "s2cpp" else data.astype(np.float32)
     return data.astype(np.float32)
 
 
-def backend_layout(spec: TensorSpec, file_type: int, precision: str,
-                   conv_transpose: str = "col2im") -> tuple[int, tuple[int, ...]]:
+def backend_layout(spec: TensorSpec, file_type: int, precision: str, plan: dict) -> tuple[int, tuple[int, ...]]:
     """(ggml type, numpy shape) of the tensor as ``backend_array`` makes it, without reading data."""
-    if spec.role == "convT" and conv_transpose == "col2im":
+    if spec.role == "convT" and plan["conv_transpose"] == "col2im":
         cin, cout, k = spec.shape
         return 0, (cout, k, cin)
-    f16 = (spec.role == "conv" and precision == "s2cpp") or (spec.role == "linear" and precision == "s2cpp" and file_type == 1)
+    if spec.role == "conv_ru" and taps_layout(plan, precision):
+        cout, cin, k = spec.shape
+        return 0, (k, cout, cin)
+    f16 = (spec.role in ("conv", "conv_ru") and precision == "s2cpp") or \
+        (spec.role == "linear" and precision == "s2cpp" and file_type == 1)
     return (1 if f16 else 0), spec.shape
 
 

@@ -24,6 +24,9 @@ PLANS = {
     "conv-transpose-op": {"conv_transpose": "ggml"},
     "cpu-kernels": {"kernels": True},
     "full-attention": {"attention": "full"},
+    "ggml-matmul": {"matmul": "ggml"},
+    "im2col-conv": {"conv": "im2col"},
+    "blas": {"matmul": "blas", "conv": "taps"},
 }
 
 
@@ -31,6 +34,8 @@ PLANS = {
 def test_lowering_matches_oracle(tiny_model, name):
     if PLANS[name].get("kernels") and not kernels.AVAILABLE:
         pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
+    if "blas" in PLANS[name].values() and kernels.BLAS is None:
+        pytest.skip(f"no BLAS here: {kernels.BLAS_UNAVAILABLE_REASON}")
     codes = random_codes((64,) + (32,) * 9, 20, seed=1)  # 20 > tiny window 8
     x = signal(2 * 44100 + 777, seed=2)
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings=PLANS[name]) as codec:
@@ -53,6 +58,8 @@ def test_lowering_matches_oracle(tiny_model, name):
             assert used["snake"] == ("custom" if value else "chain")
         elif key == "attention":
             assert used["quantizer.post_module.mask"] == ("window-mask" if value == "full" else "blocked-window")
+        elif key == "matmul":  # "blas" products leave F16 ones (none in f32) to ggml
+            assert used[key] == value, used[key]
         else:
             assert used[key] == value
 
@@ -93,8 +100,14 @@ def test_explicit_causal_mask_used_when_window_covers_sequence(tiny_model):
 
 def test_cpu_plan_and_bad_overrides(tiny_model):
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu") as codec:
+        blas = kernels.BLAS is not None
         assert codec.plan == {"mask": "diag_mask_inf", "conv_transpose": "col2im", "left_pad": "pad_ext",
-                              "kernels": True, "attention": "blocked"}
+                              "kernels": True, "attention": "blocked", "matmul": "blas" if blas else "ggml",
+                              "conv": "taps" if blas else "im2col"}
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"kernels": False}) as codec:
+        assert (codec.plan["matmul"], codec.plan["conv"]) == ("ggml", "im2col")
+    with pytest.raises(ValueError, match="needs the compiled kernels"):
+        pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"kernels": False, "conv": "taps"})
     with pytest.raises(ValueError, match="unknown lowering"):
         pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"mask": "sometimes"})
 
@@ -253,4 +266,8 @@ def test_per_op_profile_runs_every_node(tiny_model):
         np.testing.assert_array_equal(codec.decode(codes), want)
     ops_seen = {op for op, _, _ in rows}
     print(f"{len(rows)} nodes, {1000 * sum(t for _, _, t in rows):.1f} ms; ops: {sorted(ops_seen)}")
-    assert {"MUL_MAT", "IM2COL", "COL2IM_1D", "SOFT_MAX"} <= ops_seen
+    assert {"IM2COL", "COL2IM_1D", "SOFT_MAX"} <= ops_seen
+    if kernels.BLAS is not None:  # custom ops are named by kernel
+        assert {"CUSTOM:mul_mat_blas", "CUSTOM:conv_taps", "MAP_CUSTOM2:snake"} <= ops_seen
+    else:
+        assert "MUL_MAT" in ops_seen
