@@ -242,7 +242,7 @@ void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
  * address, the address of openblas_set_num_threads_local, 1 for a 64-bit-integer interface.
  * src0 a: F32 ne [K, M, A2, A3], src1 b: F32 ne [K, N, B2, B3] (B2 % A2 == 0, B3 % A3 == 0),
  * both with contiguous rows; dst: contiguous F32 ne [M, N, B2, B3], dst[n][m] = a[m] . b[n].
- * Each ggml thread runs a single-threaded sgemm on its share of the larger of M and N. */
+ * Each ggml thread runs single-threaded sgemms on its blocks of the larger of M and N. */
 typedef void (*pg_sgemm32_t)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t,
                              const float *, int32_t, float, float *, int32_t);
 typedef void (*pg_sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
@@ -261,6 +261,20 @@ static void pg_sgemm(const int64_t * p, int trans_a, int64_t rows, int64_t cols,
                                          (int32_t)ldc);
 }
 
+/* Thread ith's range [i0, i1) of whole blocks of [0, len). The blocks (at least 16 rows, at
+ * most max_block, about len / 16) depend on len alone, never on nth: every output element is
+ * computed by the same sgemm call whatever the thread count, so results do not change with it. */
+static void pg_blocks(int64_t len, int64_t max_block, int ith, int nth, int64_t * i0, int64_t * i1,
+                      int64_t * block) {
+    int64_t b = ((len + 15) / 16 + 15) / 16 * 16;
+    if (b > max_block) b = max_block / 16 * 16 > 16 ? max_block / 16 * 16 : 16;
+    const int64_t nb = (len + b - 1) / b;
+    const int64_t b0 = nb * ith / nth, b1 = nb * (ith + 1) / nth;
+    *i0 = b0 * b < len ? b0 * b : len;
+    *i1 = b1 * b < len ? b1 * b : len;
+    *block = b;
+}
+
 void pg_mul_mat_blas(void * dst_, int ith, int nth, void * userdata) {
     const int64_t * p = userdata;
     struct pg_tensor * dst = dst_;
@@ -270,10 +284,8 @@ void pg_mul_mat_blas(void * dst_, int ith, int nth, void * userdata) {
     const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
     const int split_n = n >= m;
     const int64_t len = split_n ? n : m;
-    /* shares in multiples of 16 rows/columns, so that every sgemm works on whole SIMD panels */
-    const int64_t per = ((len + nth - 1) / nth + 15) / 16 * 16;
-    const int64_t i0 = per * ith < len ? per * ith : len;
-    const int64_t i1 = i0 + per < len ? i0 + per : len;
+    int64_t i0, i1, block;
+    pg_blocks(len, len, ith, nth, &i0, &i1, &block);
     if (i0 >= i1) return;
     const int prev = ((pg_set_threads_t)(uintptr_t)p[1])(1);
     for (int64_t i3 = 0; i3 < b->ne[3]; i3++) {
@@ -281,8 +293,11 @@ void pg_mul_mat_blas(void * dst_, int ith, int nth, void * userdata) {
             const float * ap = (const float *)((const char *)a->data + (i2 / r2) * a->nb[2] + (i3 / r3) * a->nb[3]);
             const float * bp = (const float *)((const char *)b->data + i2 * b->nb[2] + i3 * b->nb[3]);
             float * cp = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
-            if (split_n) pg_sgemm(p, 1, i1 - i0, m, k, bp + i0 * ldb, ldb, ap, lda, 0.0f, cp + i0 * m, m);
-            else pg_sgemm(p, 1, n, i1 - i0, k, bp, ldb, ap + i0 * lda, lda, 0.0f, cp + i0, m);
+            for (int64_t j0 = i0; j0 < i1; j0 += block) {  /* one call per block: see pg_blocks */
+                const int64_t j1 = j0 + block < i1 ? j0 + block : i1;
+                if (split_n) pg_sgemm(p, 1, j1 - j0, m, k, bp + j0 * ldb, ldb, ap, lda, 0.0f, cp + j0 * m, m);
+                else pg_sgemm(p, 1, n, j1 - j0, k, bp, ldb, ap + j0 * lda, lda, 0.0f, cp + j0, m);
+            }
         }
     }
     ((pg_set_threads_t)(uintptr_t)p[1])(prev);
@@ -293,8 +308,8 @@ void pg_mul_mat_blas(void * dst_, int ith, int nth, void * userdata) {
  * P = (K - 1) d. userdata: int64 [6] = BLAS block (3, as pg_mul_mat_blas), K, d, chunk.
  * src0 w: contiguous F32 ne [Cin, Cout, K] (tap k: row-major Cout x Cin); src1 x: F32
  * ne [L, Cin] with contiguous rows; src2 (optional) prev: F32 ne [P, Cin], likewise;
- * dst: contiguous F32 ne [L, Cout]. Threads split the time axis; each works in chunks of
- * `chunk` columns so that a chunk's output stays in cache across the K taps. */
+ * dst: contiguous F32 ne [L, Cout]. Threads split the time axis into blocks of at most
+ * `chunk` columns; a block's output stays in cache across the K taps. */
 void pg_conv_taps(void * dst_, int ith, int nth, void * userdata) {
     const int64_t * p = userdata;
     struct pg_tensor * dst = dst_;
@@ -307,13 +322,12 @@ void pg_conv_taps(void * dst_, int ith, int nth, void * userdata) {
     const float * pp = pv ? pv->data : NULL;
     const int64_t ldp = pv ? (int64_t)(pv->nb[1] / sizeof(float)) : 0;
     float * yp = dst->data;
-    const int64_t per = ((len + nth - 1) / nth + 15) / 16 * 16;
-    const int64_t t0 = per * ith < len ? per * ith : len;
-    const int64_t t1 = t0 + per < len ? t0 + per : len;
+    int64_t t0, t1, block;
+    pg_blocks(len, chunk, ith, nth, &t0, &t1, &block);
     if (t0 >= t1) return;
     const int prev_threads = ((pg_set_threads_t)(uintptr_t)p[1])(1);
-    for (int64_t a = t0; a < t1; a += chunk) {
-        const int64_t b = a + chunk < t1 ? a + chunk : t1;
+    for (int64_t a = t0; a < t1; a += block) {
+        const int64_t b = a + block < t1 ? a + block : t1;
         /* the last tap (shift 0) covers every column: it initialises the chunk */
         for (int64_t k = kk - 1; k >= 0; k--) {
             const int64_t shift = pad - k * d;  /* output t reads x[t - shift] */

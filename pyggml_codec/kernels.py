@@ -222,7 +222,7 @@ def mul_mat_blas(ctx, a, b):
                               BLAS.params.ctypes.data_as(ctypes.c_void_p))
 
 
-CONV_CHUNK_BYTES = 256 * 1024  # a chunk's output (Cout x chunk F32) kept near L2's size
+CONV_CHUNK_BYTES = 4 << 20  # a chunk's output (Cout x chunk F32): 4 MiB measured best of 0.25-4 MiB and unchunked
 
 
 def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None):

@@ -1,0 +1,147 @@
+"""The BLAS kernels (kernels.py) against float64 numpy: ``mul_mat_blas`` (ggml_mul_mat's
+contract, batches and broadcast, strided rows, shapes off the 16-column thread shares) and
+``conv_taps`` (causal dilated conv, one GEMM per tap, with and without a carried context).
+
+Metric: max abs error over max abs value; bound 2e-6 (float32 sums of at most 700 terms).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pyggml_codec
+from pyggml_codec import kernels, ops, runtime
+
+REL_MAX = 2e-6
+
+pytestmark = pytest.mark.skipif(kernels.BLAS is None, reason=f"no BLAS: {kernels.BLAS_UNAVAILABLE_REASON}")
+
+
+def _run(build, n_threads: int = 2) -> dict:
+    backend = runtime.start_backend("cpu")
+    backend.set_threads(n_threads)
+    graph = runtime.Graph(backend, 64 << 20)
+    try:
+        graph.build(build, ops.Builder(ctx=graph.ctx))
+        return graph.run()
+    finally:
+        graph.free()
+        backend.free()
+
+
+def _rel(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+@pytest.mark.parametrize("k,m,n,batch_a,batch_b,pad,threads", [
+    (5, 3, 7, 1, 1, 0, 2), (64, 33, 200, 1, 1, 0, 2), (96, 200, 17, 1, 1, 0, 2),  # split n / split m
+    (40, 24, 50, 3, 3, 0, 2), (40, 24, 50, 1, 4, 0, 2),  # batches; a broadcast over b's
+    (33, 20, 90, 1, 1, 7, 2), (700, 31, 129, 2, 2, 3, 1), (12, 5, 3, 1, 1, 0, 4),  # strided rows; more threads than rows
+])
+def test_mul_mat_blas_matches_numpy(k, m, n, batch_a, batch_b, pad, threads):
+    rng = np.random.default_rng(k + m + n)
+    a = rng.standard_normal((batch_a, m, k + pad)).astype(np.float32)
+    b = rng.standard_normal((batch_b, n, k + pad)).astype(np.float32)
+
+    def build(g):
+        ta, tb = g.input("a", a), g.input("b", b)
+        va = ops.lib.ggml_view_3d(g.ctx, ta, k, m, batch_a, ta.contents.nb[1], ta.contents.nb[2], 0)
+        vb = ops.lib.ggml_view_3d(g.ctx, tb, k, n, batch_b, tb.contents.nb[1], tb.contents.nb[2], 0)
+        assert kernels.mul_mat_blas_supported(va, vb)
+        return {"y": kernels.mul_mat_blas(g.ctx, va, vb), "ref": ops.lib.ggml_mul_mat(g.ctx, va, vb)}
+
+    out = _run(build, threads)
+    a64 = np.broadcast_to(a[..., :k].astype(np.float64), (batch_b, m, k))
+    want = np.einsum("bmk,bnk->bnm", a64, b[..., :k].astype(np.float64))
+    got, ggml_y = (out[key].reshape(want.shape) for key in ("y", "ref"))  # run() drops unit batch dims
+    rel, rel_ggml = _rel(got, want), _rel(ggml_y, want)
+    print(f"mul_mat_blas k={k} m={m} n={n} batches {batch_a}/{batch_b}: rel max err {rel:.2e} (ggml's {rel_ggml:.2e})")
+    assert rel <= REL_MAX
+
+
+def test_mul_mat_blas_refuses_what_it_cannot_read():
+    ctx = runtime.new_context(16 * ops.lib.ggml_tensor_overhead())
+    try:
+        f32, f16 = ops.new_tensor(ctx, ops.F32, (8, 4)), ops.new_tensor(ctx, ops.F16, (8, 4))
+        assert kernels.mul_mat_blas_supported(f32, f32)
+        assert not kernels.mul_mat_blas_supported(f16, f32)
+        assert not kernels.mul_mat_blas_supported(ops.lib.ggml_transpose(ctx, f32), f32)
+        three = ops.new_tensor(ctx, ops.F32, (8, 4, 3))
+        assert not kernels.mul_mat_blas_supported(ops.new_tensor(ctx, ops.F32, (8, 4, 2)), three)
+    finally:
+        ops.lib.ggml_free(ctx)
+
+
+def _conv_ref(x, w, d, prev=None):
+    """x (Cin, L), w (Cout, Cin, K): causal dilated conv, float64."""
+    cout, cin, k = w.shape
+    ctx = np.zeros((cin, (k - 1) * d)) if prev is None else prev
+    xp = np.concatenate([ctx, x], 1).astype(np.float64)
+    return sum(w[:, :, j].astype(np.float64) @ xp[:, j * d:j * d + x.shape[1]] for j in range(k))
+
+
+@pytest.mark.parametrize("cin,cout,length,k,d,with_prev,threads", [
+    (3, 5, 17, 7, 1, False, 2), (3, 5, 17, 7, 3, True, 2), (8, 4, 5, 7, 9, True, 2),  # chunk shorter than context
+    (8, 4, 5, 7, 9, False, 2), (16, 16, 300, 7, 9, True, 1), (16, 24, 301, 1, 1, False, 2),
+    (7, 9, 1000, 7, 3, True, 3),
+])
+def test_conv_taps_matches_numpy(cin, cout, length, k, d, with_prev, threads, monkeypatch):
+    monkeypatch.setattr(kernels, "CONV_CHUNK_BYTES", 4 * cout * 64)  # several chunks per thread
+    rng = np.random.default_rng(cin * length + d)
+    w = rng.standard_normal((cout, cin, k)).astype(np.float32)
+    x = rng.standard_normal((cin, length + 3)).astype(np.float32)  # rows strided by 3 extra samples
+    prev = rng.standard_normal((cin, (k - 1) * d)).astype(np.float32)
+
+    def build(g):
+        wt = g.input("w", np.ascontiguousarray(w.transpose(2, 0, 1)))  # ne [Cin, Cout, K]
+        xt = g.input("x", x)
+        xv = ops.lib.ggml_view_2d(g.ctx, xt, length, cin, xt.contents.nb[1], 0)
+        pt = g.input("prev", prev) if with_prev else None
+        return {"y": kernels.conv_taps(g.ctx, wt, xv, k, d, g.keep, pt)}
+
+    got = _run(build, threads)["y"]
+    want = _conv_ref(x[:, :length], w, d, prev if with_prev else None)
+    rel = _rel(got, want)
+    print(f"conv_taps cin={cin} cout={cout} L={length} K={k} d={d} prev={with_prev}: rel max err {rel:.2e}")
+    assert rel <= REL_MAX
+
+
+def test_blas_can_be_switched_off(tiny_model):
+    code = ("import pyggml_codec, sys; from pyggml_codec import kernels; "
+            "c = pyggml_codec.load(sys.argv[1], backend='cpu'); "
+            "print(kernels.BLAS is None, c.plan['matmul'], c.plan['conv'], kernels.BLAS_UNAVAILABLE_REASON)")
+    env = dict(os.environ, PYGGML_CODEC_BLAS="off")
+    out = subprocess.run([sys.executable, "-c", code, str(tiny_model.f32_path)], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[:3] == ["True", "ggml", "im2col"], out.stdout
+    assert "PYGGML_CODEC_BLAS=off" in out.stdout
+    with pytest.raises(ValueError, match="unavailable"), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernels, "BLAS", None)
+        pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"matmul": "blas"})
+
+
+@pytest.mark.parametrize("kernel", ["mul_mat_blas", "conv_taps"])
+def test_blas_kernels_do_not_depend_on_thread_count(kernel):
+    """Blocks depend on the shape alone, so 1, 2 and 3 threads give the same bits (as ggml's
+    own mul_mat does): results stay reproducible across machines' thread counts."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((96, 256)).astype(np.float32)
+    b = rng.standard_normal((1000, 256)).astype(np.float32)
+    w = rng.standard_normal((7, 24, 16)).astype(np.float32)  # ne [Cin 16, Cout 24, K 7]
+    x = rng.standard_normal((16, 1500)).astype(np.float32)
+
+    def build(g):
+        if kernel == "mul_mat_blas":
+            return {"y": kernels.mul_mat_blas(g.ctx, g.input("a", a), g.input("b", b))}
+        return {"y": kernels.conv_taps(g.ctx, g.input("w", w), g.input("x", x), 7, 3, g.keep)}
+
+    ys = [_run(build, t)["y"] for t in (1, 2, 3)]
+    diffs = [float(np.abs(ys[0] - y).max()) for y in ys[1:]]
+    print(f"{kernel}: max abs difference 1 vs 2 / 3 threads: {diffs}")
+    assert diffs == [0.0, 0.0]
