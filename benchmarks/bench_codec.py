@@ -179,7 +179,8 @@ def bench_streaming(codec, codes, seconds: float, reps: int) -> list[dict]:
     return rows
 
 
-VARIANTS = {"plain-ggml-ops": {"kernels": False}, "conv_transpose_1d": {"conv_transpose": "ggml"}}
+VARIANTS = {"plain-ggml-ops": {"kernels": False}, "conv_transpose_1d": {"conv_transpose": "ggml"},
+            "no-blas": {"matmul": "ggml", "conv": "im2col"}, "im2col-conv": {"conv": "im2col"}}
 
 
 def bench_variants(path: Path, dtype: str, precision: str, threads: int, reps: int) -> list[dict]:
@@ -316,7 +317,9 @@ def main(argv=None) -> int:
                 key = f"{engine}-{mode}-{seconds}s"
                 rss[key] = measure_rss(engine, paths["f16"], float(seconds), mode)
                 print(f"peak RSS {key}: {rss[key]:.0f} MB", flush=True)
-    machine = f"{os.cpu_count()} cores, {os.uname().machine}, llamafile={pyggml_codec._ggml.has_llamafile()}"
+    blas = pyggml_codec.kernels.BLAS
+    machine = (f"{os.cpu_count()} cores, {os.uname().machine}, llamafile={pyggml_codec._ggml.has_llamafile()}, "
+               f"blas={os.path.basename(blas.path) if blas else 'none'}")
     report = {"machine": machine, "rows": rows, "peak_rss_mb": rss}
     (args.out / "bench.json").write_text(json.dumps(report, indent=2))
     rss_lines = "\n".join(f"| {k} | {v:.0f} |" for k, v in rss.items())

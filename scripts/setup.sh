@@ -15,4 +15,4 @@ CMAKE_ARGS="${CMAKE_ARGS:--DGGML_LLAMAFILE=ON}" python -m pip install -q -e ".[t
 python -m pip download -q --no-deps -d .oracle_wheels \
     fish-speech==0.1.0 descript-audio-codec==1.0.0 descript-audiotools==0.7.2
 export PYGGML_ORACLE_WHEELS="$PWD/.oracle_wheels"
-python -c "import pyggml_codec as p; print('pyggml_codec', p.__version__, '| ggml', p._ggml.ggml_version(), '| llamafile', p._ggml.has_llamafile(), '| CPU kernels', p.kernels.AVAILABLE)"
+python -c "import pyggml_codec as p; print('pyggml_codec', p.__version__, '| ggml', p._ggml.ggml_version(), '| llamafile', p._ggml.has_llamafile(), '| CPU kernels', p.kernels.AVAILABLE, '| BLAS', p.kernels.BLAS.path if p.kernels.BLAS else p.kernels.BLAS_UNAVAILABLE_REASON)"
