@@ -22,12 +22,14 @@ void pg_bias_snake(void * dst, int ith, int nth, void * userdata);
 void pg_add_bias_residual(void * dst, int ith, int nth, void * userdata);
 void pg_mul_mat_blas(void * dst, int ith, int nth, void * userdata);
 void pg_conv_taps(void * dst, int ith, int nth, void * userdata);
+void pg_col2im(void * dst, int ith, int nth, void * userdata);
 int pg_has_f16c(void);
 int pg_tensor_layout(int64_t * offsets);
 """
 
 SOURCE = r"""
 #include <math.h>
+#include <string.h>
 #include <stddef.h>
 #include <stdint.h>
 #if defined(__F16C__)
@@ -343,6 +345,32 @@ void pg_conv_taps(void * dst_, int ith, int nth, void * userdata) {
         }
     }
     ((pg_set_threads_t)(uintptr_t)p[1])(prev_threads);
+}
+
+/* Overlap-add of conv-transpose columns (ggml_col2im_1d's layout and values, padding 0):
+ * src0 cols: contiguous F32 ne [K*Cout, T], row oc*K + k of column t; dst: contiguous F32
+ * ne [(T-1)*s + K, Cout], y[oc][t*s + k] += cols[t][oc*K + k]. Threads split the output
+ * channels; time runs outermost, so the columns are read in order and each channel's
+ * output is written as one forward stream. userdata: int64 [2] = K, s. */
+void pg_col2im(void * dst_, int ith, int nth, void * userdata) {
+    const int64_t * p = userdata;
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * cols = dst->src[0];
+    const int64_t kk = p[0], st = p[1];
+    const int64_t lout = dst->ne[0], cout = dst->ne[1], t_in = cols->ne[1], row = cols->ne[0];
+    int64_t o0, o1;
+    pg_share(cout, ith, nth, &o0, &o1);
+    float * y = dst->data;
+    const float * c = cols->data;
+    for (int64_t oc = o0; oc < o1; oc++) memset(y + oc * lout, 0, sizeof(float) * (size_t)lout);
+    for (int64_t t = 0; t < t_in; t++) {
+        const float * ct = c + t * row;
+        for (int64_t oc = o0; oc < o1; oc++) {
+            float * restrict yo = y + oc * lout + t * st;
+            const float * restrict co = ct + oc * kk;
+            for (int64_t k = 0; k < kk; k++) yo[k] += co[k];
+        }
+    }
 }
 
 int pg_has_f16c(void) {

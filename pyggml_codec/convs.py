@@ -216,7 +216,12 @@ def conv_transpose1d(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, s
     g.lowerings["conv_transpose"] = g.conv_transpose
     if g.conv_transpose == "col2im":
         cols = mul_mat(g, reshape_2d(g, w, cin, k * cout), x_cl)
-        y = lib.ggml_col2im_1d(g.ctx, cols, stride, cout, 0)
+        if g.snake_kernel and _ggml.tensor_type(cols) == F32:  # the compiled overlap-add (CPU)
+            g.lowerings["col2im"] = "custom"
+            y = kernels.col2im(g.ctx, cols, k, stride, g.keep)
+        else:
+            g.lowerings["col2im"] = "ggml"
+            y = lib.ggml_col2im_1d(g.ctx, cols, stride, cout, 0)
     else:
         y = lib.ggml_conv_transpose_1d(g.ctx, w, transpose(g, x_cl), stride, 0, 1)
     n_out = shape(x_cl)[1] * stride

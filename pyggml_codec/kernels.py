@@ -55,6 +55,7 @@ def _load():
         "add_bias_residual": ("pg_add_bias_residual", lib.ggml_custom_op_t),
         "mul_mat_blas": ("pg_mul_mat_blas", lib.ggml_custom_op_t),
         "conv_taps": ("pg_conv_taps", lib.ggml_custom_op_t),
+        "col2im": ("pg_col2im", lib.ggml_custom_op_t),
     }
     missing = [sym for sym, _ in symbols.values() if not hasattr(klib, sym)]
     if missing:
@@ -102,6 +103,19 @@ def bias_snake(ctx, x, alpha, bias, dst_type: int):
 def add_bias_residual(ctx, h, bias, x):
     """(h + bias) + x in one pass; contiguous F32 h and x of one shape, bias broadcast as above."""
     return _custom(ctx, 0, h, [h, bias, x], "add_bias_residual")
+
+
+def col2im(ctx, cols, k: int, stride: int, keep: list):
+    """``ggml_col2im_1d(cols, stride, Cout, 0)`` for contiguous F32 ``cols`` ``[K*Cout, T]``:
+    ``[(T-1)*stride + K, Cout]``, same values. ggml 0.15.3's CPU op ran the decoder's last
+    conv-transpose (192 -> 96 channels, 1 s) in 105-203 ms on one thread."""
+    params = np.array([k, stride], dtype=np.int64)
+    keep.append(params)
+    cout = int(cols.contents.ne[0]) // k
+    n_out = (int(cols.contents.ne[1]) - 1) * stride + k
+    args = (ctypes.POINTER(lib.ggml_tensor) * 1)(cols)
+    return lib.ggml_custom_4d(ctx, 0, n_out, cout, 1, 1, args, 1, _OPS["col2im"], N_TASKS_MAX,
+                              params.ctypes.data_as(ctypes.c_void_p))
 
 
 def im2col_supported(dst_type: int, k: int, with_prev: bool = False) -> bool:

@@ -266,8 +266,36 @@ def test_per_op_profile_runs_every_node(tiny_model):
         np.testing.assert_array_equal(codec.decode(codes), want)
     ops_seen = {op for op, _, _ in rows}
     print(f"{len(rows)} nodes, {1000 * sum(t for _, _, t in rows):.1f} ms; ops: {sorted(ops_seen)}")
-    assert {"IM2COL", "COL2IM_1D", "SOFT_MAX"} <= ops_seen
-    if kernels.BLAS is not None:  # custom ops are named by kernel
+    assert {"IM2COL", "SOFT_MAX", "CUSTOM:col2im"} <= ops_seen  # custom ops are named by kernel
+    if kernels.BLAS is not None:
         assert {"CUSTOM:mul_mat_blas", "CUSTOM:conv_taps", "MAP_CUSTOM2:snake"} <= ops_seen
     else:
         assert "MUL_MAT" in ops_seen
+
+
+@pytest.mark.parametrize("k,stride,cout,length,threads", [(16, 8, 5, 9, 2), (4, 2, 96, 300, 2), (8, 4, 3, 1, 1),
+                                                          (4, 4, 7, 33, 3), (3, 2, 17, 40, 4)])
+def test_col2im_kernel_bit_identical(k, stride, cout, length, threads):
+    """The compiled overlap-add of conv-transpose columns equals ggml_col2im_1d bit for bit
+    (each output sums at most K / stride terms, in the same order)."""
+    if not kernels.AVAILABLE:
+        pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
+    from pyggml_codec import ops
+
+    backend = runtime.start_backend("cpu")
+    backend.set_threads(threads)
+    cols = np.random.default_rng(k + length).standard_normal((length, k * cout)).astype(np.float32)
+    graph = runtime.Graph(backend, 16 << 20)
+    try:
+        def build(g):
+            c = g.input("cols", cols)
+            return {"ours": kernels.col2im(g.ctx, c, k, stride, g.keep),
+                    "ggml": ops.lib.ggml_col2im_1d(g.ctx, c, stride, cout, 0)}
+
+        graph.build(build, ops.Builder(ctx=graph.ctx))
+        out = graph.run()
+    finally:
+        graph.free()
+        backend.free()
+    assert out["ours"].shape == out["ggml"].shape == (cout, (length - 1) * stride + k)
+    np.testing.assert_array_equal(out["ours"], out["ggml"])
