@@ -310,39 +310,52 @@ void pg_mul_mat_blas(void * dst_, int ith, int nth, void * userdata) {
  * P = (K - 1) d. userdata: int64 [6] = BLAS block (3, as pg_mul_mat_blas), K, d, chunk.
  * src0 w: contiguous F32 ne [Cin, Cout, K] (tap k: row-major Cout x Cin); src1 x: F32
  * ne [L, Cin] with contiguous rows; src2 (optional) prev: F32 ne [P, Cin], likewise;
- * dst: contiguous F32 ne [L, Cout]. Threads split the time axis into blocks of at most
- * `chunk` columns; a block's output stays in cache across the K taps. */
+ * dst: contiguous F32 ne [L, Cout]. Threads take blocks of time (at most `chunk` columns,
+ * whose output stays in cache across the K taps) or, for short signals, of output channels.
+ *
+ * y[o0:o1, a:b] of pg_conv_taps: every tap, the last one (shift 0, which covers every
+ * column) first so that it initialises the block */
+static void taps_block(const int64_t * p, int64_t kk, int64_t d, int64_t cin, int64_t cout, const float * wp,
+                       const float * xp, int64_t ldx, const float * pp, int64_t ldp, float * yp, int64_t ldy,
+                       int64_t o0, int64_t o1, int64_t a, int64_t b) {
+    const int64_t pad = (kk - 1) * d;
+    for (int64_t k = kk - 1; k >= 0; k--) {
+        const int64_t shift = pad - k * d;  /* output t reads x[t - shift] */
+        const float * wk = wp + (k * cout + o0) * cin;
+        const float beta = k == kk - 1 ? 0.0f : 1.0f;
+        const int64_t s0 = a > shift ? a : shift;  /* columns fed by x */
+        if (s0 < b)
+            pg_sgemm(p, 0, o1 - o0, b - s0, cin, wk, cin, xp + (s0 - shift), ldx, beta, yp + o0 * ldy + s0, ldy);
+        if (pp && a < shift) {  /* columns fed by the carried context: prev[t + k d] */
+            const int64_t e = b < shift ? b : shift;
+            pg_sgemm(p, 0, o1 - o0, e - a, cin, wk, cin, pp + (a + k * d), ldp, beta, yp + o0 * ldy + a, ldy);
+        }
+    }
+}
+
 void pg_conv_taps(void * dst_, int ith, int nth, void * userdata) {
     const int64_t * p = userdata;
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * w = dst->src[0], * x = dst->src[1], * pv = dst->src[2];
     const int64_t kk = p[3], d = p[4], chunk = p[5];
     const int64_t cin = w->ne[0], cout = w->ne[1], len = x->ne[1] == cin ? x->ne[0] : 0;
-    const int64_t pad = (kk - 1) * d;
     const int64_t ldx = (int64_t)(x->nb[1] / sizeof(float)), ldy = dst->ne[0];
     const float * wp = w->data, * xp = x->data;
     const float * pp = pv ? pv->data : NULL;
     const int64_t ldp = pv ? (int64_t)(pv->nb[1] / sizeof(float)) : 0;
     float * yp = dst->data;
-    int64_t t0, t1, block;
-    pg_blocks(len, chunk, ith, nth, &t0, &t1, &block);
-    if (t0 >= t1) return;
+    /* Long signals: threads split time (each block of columns reads all the weights once).
+     * Short ones (a streamed chunk): threads split the output channels, so that the weights,
+     * the bulk of the data, are read once in all. Chosen by shape alone, like the blocks. */
+    const int by_time = len >= 256 || len >= cout;
+    int64_t i0, i1, block;
+    pg_blocks(by_time ? len : cout, by_time ? chunk : cout, ith, nth, &i0, &i1, &block);
+    if (i0 >= i1) return;
     const int prev_threads = ((pg_set_threads_t)(uintptr_t)p[1])(1);
-    for (int64_t a = t0; a < t1; a += block) {
-        const int64_t b = a + block < t1 ? a + block : t1;
-        /* the last tap (shift 0) covers every column: it initialises the chunk */
-        for (int64_t k = kk - 1; k >= 0; k--) {
-            const int64_t shift = pad - k * d;  /* output t reads x[t - shift] */
-            const float * wk = wp + k * cout * cin;
-            const float beta = k == kk - 1 ? 0.0f : 1.0f;
-            const int64_t s0 = a > shift ? a : shift;  /* columns fed by x */
-            if (s0 < b)
-                pg_sgemm(p, 0, cout, b - s0, cin, wk, cin, xp + (s0 - shift), ldx, beta, yp + s0, ldy);
-            if (pp && a < shift) {  /* columns fed by the carried context: prev[t + k d] */
-                const int64_t e = b < shift ? b : shift;
-                pg_sgemm(p, 0, cout, e - a, cin, wk, cin, pp + (a + k * d), ldp, beta, yp + a, ldy);
-            }
-        }
+    for (int64_t a = i0; a < i1; a += block) {
+        const int64_t b = a + block < i1 ? a + block : i1;
+        if (by_time) taps_block(p, kk, d, cin, cout, wp, xp, ldx, pp, ldp, yp, ldy, 0, cout, a, b);
+        else taps_block(p, kk, d, cin, cout, wp, xp, ldx, pp, ldp, yp, ldy, a, b, 0, len);
     }
     ((pg_set_threads_t)(uintptr_t)p[1])(prev_threads);
 }

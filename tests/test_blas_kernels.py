@@ -89,6 +89,7 @@ def _conv_ref(x, w, d, prev=None):
     (3, 5, 17, 7, 1, False, 2), (3, 5, 17, 7, 3, True, 2), (8, 4, 5, 7, 9, True, 2),  # chunk shorter than context
     (8, 4, 5, 7, 9, False, 2), (16, 16, 300, 7, 9, True, 1), (16, 24, 301, 1, 1, False, 2),
     (7, 9, 1000, 7, 3, True, 3),
+    (16, 40, 20, 7, 3, True, 2), (32, 64, 10, 7, 9, True, 3), (8, 200, 100, 7, 1, False, 2),  # split channels
 ])
 def test_conv_taps_matches_numpy(cin, cout, length, k, d, with_prev, threads, monkeypatch):
     monkeypatch.setattr(kernels, "CONV_CHUNK_BYTES", 4 * cout * 64)  # several chunks per thread
@@ -133,15 +134,19 @@ def test_blas_kernels_do_not_depend_on_thread_count(kernel):
     rng = np.random.default_rng(11)
     a = rng.standard_normal((96, 256)).astype(np.float32)
     b = rng.standard_normal((1000, 256)).astype(np.float32)
-    w = rng.standard_normal((7, 24, 16)).astype(np.float32)  # ne [Cin 16, Cout 24, K 7]
+    w = rng.standard_normal((7, 300, 16)).astype(np.float32)  # ne [Cin 16, Cout 300, K 7]
     x = rng.standard_normal((16, 1500)).astype(np.float32)
 
     def build(g):
         if kernel == "mul_mat_blas":
             return {"y": kernels.mul_mat_blas(g.ctx, g.input("a", a), g.input("b", b))}
-        return {"y": kernels.conv_taps(g.ctx, g.input("w", w), g.input("x", x), 7, 3, g.keep)}
+        wt, xt = g.input("w", w), g.input("x", x)
+        short = ops.lib.ggml_view_2d(g.ctx, xt, 100, 16, xt.contents.nb[1], 0)  # split by channels
+        return {"y": kernels.conv_taps(g.ctx, wt, xt, 7, 3, g.keep),
+                "y_short": kernels.conv_taps(g.ctx, wt, short, 7, 3, g.keep)}
 
-    ys = [_run(build, t)["y"] for t in (1, 2, 3)]
-    diffs = [float(np.abs(ys[0] - y).max()) for y in ys[1:]]
-    print(f"{kernel}: max abs difference 1 vs 2 / 3 threads: {diffs}")
-    assert diffs == [0.0, 0.0]
+    outs = [_run(build, t) for t in (1, 2, 3)]
+    for key in outs[0]:
+        diffs = [float(np.abs(outs[0][key] - out[key]).max()) for out in outs[1:]]
+        print(f"{kernel} {key}: max abs difference 1 vs 2 / 3 threads: {diffs}")
+        assert diffs == [0.0, 0.0]
