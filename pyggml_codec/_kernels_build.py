@@ -263,12 +263,14 @@ static void pg_sgemm(const int64_t * p, int trans_a, int64_t rows, int64_t cols,
                                          (int32_t)ldc);
 }
 
-/* Thread ith's range [i0, i1) of whole blocks of [0, len). The blocks (at least 16 rows, at
- * most max_block, about len / 16) depend on len alone, never on nth: every output element is
- * computed by the same sgemm call whatever the thread count, so results do not change with it. */
-static void pg_blocks(int64_t len, int64_t max_block, int ith, int nth, int64_t * i0, int64_t * i1,
-                      int64_t * block) {
+/* Thread ith's range [i0, i1) of whole blocks of [0, len). The blocks (about len / 16, at
+ * least min_block, at most max_block, multiples of 16) depend on the shape alone, never on
+ * nth: every output element is computed by the same sgemm call whatever the thread count,
+ * so results do not change with it. */
+static void pg_blocks(int64_t len, int64_t min_block, int64_t max_block, int ith, int nth, int64_t * i0,
+                      int64_t * i1, int64_t * block) {
     int64_t b = ((len + 15) / 16 + 15) / 16 * 16;
+    if (b < min_block) b = min_block;
     if (b > max_block) b = max_block / 16 * 16 > 16 ? max_block / 16 * 16 : 16;
     const int64_t nb = (len + b - 1) / b;
     const int64_t b0 = nb * ith / nth, b1 = nb * (ith + 1) / nth;
@@ -287,7 +289,7 @@ void pg_mul_mat_blas(void * dst_, int ith, int nth, void * userdata) {
     const int split_n = n >= m;
     const int64_t len = split_n ? n : m;
     int64_t i0, i1, block;
-    pg_blocks(len, len, ith, nth, &i0, &i1, &block);
+    pg_blocks(len, 16, len, ith, nth, &i0, &i1, &block);
     if (i0 >= i1) return;
     const int prev = ((pg_set_threads_t)(uintptr_t)p[1])(1);
     for (int64_t i3 = 0; i3 < b->ne[3]; i3++) {
@@ -344,12 +346,14 @@ void pg_conv_taps(void * dst_, int ith, int nth, void * userdata) {
     const float * pp = pv ? pv->data : NULL;
     const int64_t ldp = pv ? (int64_t)(pv->nb[1] / sizeof(float)) : 0;
     float * yp = dst->data;
-    /* Long signals: threads split time (each block of columns reads all the weights once).
-     * Short ones (a streamed chunk): threads split the output channels, so that the weights,
-     * the bulk of the data, are read once in all. Chosen by shape alone, like the blocks. */
-    const int by_time = len >= 256 || len >= cout;
+    /* Long signals: threads split time, in blocks of at least 256 columns (every block's
+     * sgemm packs all the weights of a tap: narrower blocks spend more on that than on the
+     * products). Short ones (a streamed chunk): threads split the output channels, in blocks
+     * of at least 64, so the weights are packed once in all. Chosen by shape alone. */
+    const int by_time = len >= 512;
     int64_t i0, i1, block;
-    pg_blocks(by_time ? len : cout, by_time ? chunk : cout, ith, nth, &i0, &i1, &block);
+    if (by_time) pg_blocks(len, 256, chunk > 256 ? chunk : 256, ith, nth, &i0, &i1, &block);
+    else pg_blocks(cout, 64, cout, ith, nth, &i0, &i1, &block);
     if (i0 >= i1) return;
     const int prev_threads = ((pg_set_threads_t)(uintptr_t)p[1])(1);
     for (int64_t a = i0; a < i1; a += block) {

@@ -52,7 +52,7 @@ def test_mul_mat_blas_matches_numpy(k, m, n, batch_a, batch_b, pad, threads):
         ta, tb = g.input("a", a), g.input("b", b)
         va = ops.lib.ggml_view_3d(g.ctx, ta, k, m, batch_a, ta.contents.nb[1], ta.contents.nb[2], 0)
         vb = ops.lib.ggml_view_3d(g.ctx, tb, k, n, batch_b, tb.contents.nb[1], tb.contents.nb[2], 0)
-        assert kernels.mul_mat_blas_supported(va, vb)
+        assert kernels.mul_mat_blas_supported(va, vb) == (min(m, n) >= kernels.BLAS_MIN_SIDE)  # else ggml's
         return {"y": kernels.mul_mat_blas(g.ctx, va, vb), "ref": ops.lib.ggml_mul_mat(g.ctx, va, vb)}
 
     out = _run(build, threads)
@@ -67,12 +67,14 @@ def test_mul_mat_blas_matches_numpy(k, m, n, batch_a, batch_b, pad, threads):
 def test_mul_mat_blas_refuses_what_it_cannot_read():
     ctx = runtime.new_context(16 * ops.lib.ggml_tensor_overhead())
     try:
-        f32, f16 = ops.new_tensor(ctx, ops.F32, (8, 4)), ops.new_tensor(ctx, ops.F16, (8, 4))
+        f32, f16 = ops.new_tensor(ctx, ops.F32, (32, 32)), ops.new_tensor(ctx, ops.F16, (32, 32))
         assert kernels.mul_mat_blas_supported(f32, f32)
         assert not kernels.mul_mat_blas_supported(f16, f32)
         assert not kernels.mul_mat_blas_supported(ops.lib.ggml_transpose(ctx, f32), f32)
-        three = ops.new_tensor(ctx, ops.F32, (8, 4, 3))
-        assert not kernels.mul_mat_blas_supported(ops.new_tensor(ctx, ops.F32, (8, 4, 2)), three)
+        three = ops.new_tensor(ctx, ops.F32, (32, 32, 3))
+        assert not kernels.mul_mat_blas_supported(ops.new_tensor(ctx, ops.F32, (32, 32, 2)), three)
+        vector = ops.new_tensor(ctx, ops.F32, (32, 1))  # a matrix-vector product stays with ggml
+        assert not kernels.mul_mat_blas_supported(f32, vector)
     finally:
         ops.lib.ggml_free(ctx)
 
