@@ -309,7 +309,8 @@ void pg_mul_mat_blas(void * dst_, int ith, int nth, void * userdata) {
 
 /* Causal stride-1 conv of a channels-first signal as one GEMM per tap, through the BLAS
  * (no im2col): y[:, t] = sum_k W_k . xpad[:, t + k d], xpad = (prev or P zeros) then x,
- * P = (K - 1) d. userdata: int64 [6] = BLAS block (3, as pg_mul_mat_blas), K, d, chunk.
+ * P = (K - 1) d. userdata: int64 [9] = BLAS block (3, as pg_mul_mat_blas), K, d, chunk,
+ * min_cols, min_chans, split_below (see below).
  * src0 w: contiguous F32 ne [Cin, Cout, K] (tap k: row-major Cout x Cin); src1 x: F32
  * ne [L, Cin] with contiguous rows; src2 (optional) prev: F32 ne [P, Cin], likewise;
  * dst: contiguous F32 ne [L, Cout]. Threads take blocks of time (at most `chunk` columns,
@@ -346,14 +347,16 @@ void pg_conv_taps(void * dst_, int ith, int nth, void * userdata) {
     const float * pp = pv ? pv->data : NULL;
     const int64_t ldp = pv ? (int64_t)(pv->nb[1] / sizeof(float)) : 0;
     float * yp = dst->data;
-    /* Long signals: threads split time, in blocks of at least 256 columns (every block's
-     * sgemm packs all the weights of a tap: narrower blocks spend more on that than on the
-     * products). Short ones (a streamed chunk): threads split the output channels, in blocks
-     * of at least 64, so the weights are packed once in all. Chosen by shape alone. */
-    const int by_time = len >= 512;
+    /* Long signals: threads split time, in blocks of at least min_cols columns (every
+     * block's sgemm packs all the weights of a tap: narrower blocks spend more on that than
+     * on the products). Short ones (len < split_below, a streamed chunk): threads split the
+     * output channels, in blocks of at least min_chans, so the weights are packed once in
+     * all. Chosen by shape alone. */
+    const int64_t min_cols = p[6], min_chans = p[7], split_below = p[8];
+    const int by_time = len >= split_below;
     int64_t i0, i1, block;
-    if (by_time) pg_blocks(len, 256, chunk > 256 ? chunk : 256, ith, nth, &i0, &i1, &block);
-    else pg_blocks(cout, 64, cout, ith, nth, &i0, &i1, &block);
+    if (by_time) pg_blocks(len, min_cols, chunk > min_cols ? chunk : min_cols, ith, nth, &i0, &i1, &block);
+    else pg_blocks(cout, min_chans, cout, ith, nth, &i0, &i1, &block);
     if (i0 >= i1) return;
     const int prev_threads = ((pg_set_threads_t)(uintptr_t)p[1])(1);
     for (int64_t a = i0; a < i1; a += block) {

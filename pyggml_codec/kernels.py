@@ -243,6 +243,10 @@ def mul_mat_blas(ctx, a, b):
 
 
 CONV_CHUNK_BYTES = 4 << 20  # a chunk's output (Cout x chunk F32): 4 MiB measured best of 0.25-4 MiB and unchunked
+# Thread blocks of conv_taps: time blocks of >= CONV_MIN_COLUMNS (each packs a tap's weights);
+# signals shorter than CONV_SPLIT_CHANNELS_BELOW split the output channels instead, in blocks
+# of >= CONV_MIN_CHANNELS. Shape-only choices, so results never depend on the thread count.
+CONV_MIN_COLUMNS, CONV_MIN_CHANNELS, CONV_SPLIT_CHANNELS_BELOW = 128, 64, 256
 
 
 def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None):
@@ -252,7 +256,8 @@ def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None):
     read in place where the zeros of causal padding stand. ``keep`` outlives the graph."""
     cin, cout = int(w.contents.ne[0]), int(w.contents.ne[1])
     chunk = max(64, CONV_CHUNK_BYTES // (4 * cout) // 16 * 16)
-    params = np.concatenate([BLAS.params, np.array([k, dilation, chunk], dtype=np.int64)])
+    params = np.concatenate([BLAS.params, np.array([k, dilation, chunk, CONV_MIN_COLUMNS, CONV_MIN_CHANNELS,
+                                                    CONV_SPLIT_CHANNELS_BELOW], dtype=np.int64)])
     keep.append(params)
     srcs = [w, x] if prev is None else [w, x, prev]
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
