@@ -314,9 +314,9 @@ void pg_mul_mat_blas(void * dst_, int ith, int nth, void * userdata) {
  * src0 w: contiguous F32 ne [Cin, Cout, K] (tap k: row-major Cout x Cin); src1 x: F32
  * ne [L, Cin] with contiguous rows; src2 (optional) prev: F32 ne [P, Cin], likewise;
  * dst: contiguous F32 ne [L, Cout]. Threads take blocks of time (at most `chunk` columns,
- * whose output stays in cache across the K taps) or, for short signals, of output channels.
- *
- * y[o0:o1, a:b] of pg_conv_taps: every tap, the last one (shift 0, which covers every
+ * whose output stays in cache across the K taps) or, for short signals, of output channels. */
+
+/* y[o0:o1, a:b] of pg_conv_taps: every tap, the last one (shift 0, which covers every
  * column) first so that it initialises the block */
 static void taps_block(const int64_t * p, int64_t kk, int64_t d, int64_t cin, int64_t cout, const float * wp,
                        const float * xp, int64_t ldx, const float * pp, int64_t ldp, float * yp, int64_t ldy,

@@ -208,13 +208,12 @@ class Codec:
     def _builder(self, ctx, keep_stages: bool = False) -> ops.Builder:
         plan = self._live().plan
         fast_cpu = self.use_custom_kernels and plan["kernels"] and kernels.AVAILABLE
-        blas = fast_cpu and kernels.BLAS is not None
-        taps = taps_layout(plan, self.precision)
+        taps = taps_layout(plan, self.precision)  # plan "blas"/"taps" imply a BLAS was found
         return ops.Builder(ctx=ctx, precision=self.precision, explicit_causal_mask=plan["mask"] == "explicit",
                            keep_stages=keep_stages, snake_kernel=fast_cpu, im2col_kernel=fast_cpu,
                            conv_transpose=plan["conv_transpose"], left_pad=plan["left_pad"],
-                           attention=plan["attention"], matmul=plan["matmul"] if blas else "ggml",
-                           conv="taps" if taps and blas else "im2col", ru_weights="taps" if taps else "conv")
+                           attention=plan["attention"], matmul=plan["matmul"] if fast_cpu else "ggml",
+                           conv="taps" if taps and fast_cpu else "im2col", ru_weights="taps" if taps else "conv")
 
     def _graph(self, key, ctx_bytes: int, build: Callable[[ops.Builder], dict], keep_stages: bool = False) -> Graph:
         def make() -> Graph:

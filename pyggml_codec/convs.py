@@ -38,6 +38,15 @@ def concat_time(g: Builder, a_cf: Tensor, b_cf: Tensor) -> Tensor:
     return reshape_2d(g, y, shape(y)[0], shape(y)[2])
 
 
+def context_in_place(g: Builder, x_cf: Tensor, n: int) -> Tensor:
+    """The carried left context (CF ``[n, C]``) of a streamed conv whose kernel reads it in
+    place, with no concat; emits ``x_cf``'s own last ``n`` samples (``L >= n``) as the next."""
+    length, c = shape(x_cf)[:2]
+    name, prev = carry_input(g, (n, c))
+    emit_carry(g, name, lib.ggml_view_2d(g.ctx, x_cf, n, c, x_cf.contents.nb[1], (length - n) * x_cf.contents.nb[0]))
+    return prev
+
+
 def with_left_context(g: Builder, x_cf: Tensor, n: int) -> Tensor:
     """CF ``x_cf`` after the previous chunk's last ``n`` samples; emits this result's last ``n``.
 
@@ -57,14 +66,10 @@ def _streamed_im2col(g: Builder, x_cf: Tensor, w: Tensor, stride: int, dilation:
     Chunks must keep the stride aligned (L a multiple of ``stride``); only a stream's last
     chunk may be shorter, and gets one-shot's right padding (``extra`` zeros).
     """
-    length, c = shape(x_cf)[:2]
+    length = shape(x_cf)[0]
     if left and length >= left and not extra and _kernel_im2col(g, w, x_cf, with_prev=True):
-        # The kernel reads the carried context in place; the next context is x's own tail.
-        name, prev = carry_input(g, (left, c))
         x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
-        emit_carry(g, name, lib.ggml_view_2d(g.ctx, x_cf, left, c, x_cf.contents.nb[1],
-                                             (length - left) * x_cf.contents.nb[0]))
-        return im2col(g, w, x_cf, stride, 0, dilation, prev=prev)
+        return im2col(g, w, x_cf, stride, 0, dilation, prev=context_in_place(g, x_cf, left))
     if left:
         x_cf = with_left_context(g, x_cf, left)
     if extra:
@@ -167,11 +172,8 @@ def _taps(g: Builder, x_cf: Tensor, w: Tensor, k: int, dilation: int, left: int)
     length, c = shape(x_cf)[:2]
     if g.stream is None or not left:
         return kernels.conv_taps(g.ctx, w, x_cf, k, dilation, g.keep)
-    if length >= left:  # the carried context is read in place; the next is x's own tail
-        name, prev = carry_input(g, (left, c))
-        emit_carry(g, name, lib.ggml_view_2d(g.ctx, x_cf, left, c, x_cf.contents.nb[1],
-                                             (length - left) * x_cf.contents.nb[0]))
-        return kernels.conv_taps(g.ctx, w, x_cf, k, dilation, g.keep, prev)
+    if length >= left:
+        return kernels.conv_taps(g.ctx, w, x_cf, k, dilation, g.keep, context_in_place(g, x_cf, left))
     xc = with_left_context(g, x_cf, left)  # a chunk shorter than the context: concat first
     nb1 = xc.contents.nb[1]
     prev = lib.ggml_view_2d(g.ctx, xc, left, c, nb1, 0)

@@ -167,15 +167,10 @@ BLAS_ENV = "PYGGML_CODEC_BLAS"  # "off", or the path of a CBLAS library (OpenBLA
 
 def _blas_candidates() -> list[str]:
     """numpy's bundled OpenBLAS (manylinux, macOS and Windows wheels), then a system one."""
+    here = os.path.dirname(np.__file__)
     found = []
-    try:
-        import numpy
-
-        root = os.path.dirname(os.path.dirname(numpy.__file__))
-        for folder in (os.path.join(root, "numpy.libs"), os.path.join(os.path.dirname(numpy.__file__), ".dylibs")):
-            found += sorted(glob.glob(os.path.join(folder, "*openblas*")))
-    except Exception:  # pragma: no cover - numpy is a dependency
-        pass
+    for folder in (os.path.join(os.path.dirname(here), "numpy.libs"), os.path.join(here, ".dylibs")):
+        found += sorted(glob.glob(os.path.join(folder, "*openblas*")))
     system = ctypes.util.find_library("openblas")
     return found + ([system] if system else [])
 

@@ -269,6 +269,7 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None) -> dict:
     lowering on the CPU backend against the reference).
     """
     support = probe_ops(backend)
+    blas = backend.is_cpu and kernels.BLAS is not None
     plan = {
         "mask": "diag_mask_inf" if support["diag_mask_inf"] and backend.name != "metal" else "explicit",
         "conv_transpose": "col2im" if support["col2im_1d"] else "ggml",
@@ -279,10 +280,10 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None) -> dict:
         "attention": "blocked" if backend.is_cpu else "full",
         # F32 products through the BLAS numpy ships (kernels.py): 1.2-3.8x ggml's F32 mul_mat
         # on the CPU; F16 products stay with ggml.
-        "matmul": "blas" if backend.is_cpu and kernels.BLAS is not None else "ggml",
+        "matmul": "blas" if blas else "ggml",
         # The residual units' dilated convs (most of the FLOPs) as one BLAS GEMM per tap
         # over the signal in place, instead of im2col columns; f32 precision only.
-        "conv": "taps" if backend.is_cpu and kernels.BLAS is not None else "im2col",
+        "conv": "taps" if blas else "im2col",
     }
     for key, value in (overrides or {}).items():
         if key not in LOWERING_CHOICES or value not in LOWERING_CHOICES[key]:
