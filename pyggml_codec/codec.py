@@ -26,7 +26,7 @@ from .config import CodecConfig
 from .errors import ClosedError, GraphError, InputError
 from .inputs import MAX_DECODE_FRAMES, check_audio, check_codes
 from .model import LoadedModel
-from .weights import taps_layout
+from .weights import ru_layout
 from .runtime import Graph
 from .transformer import transformer
 
@@ -208,12 +208,12 @@ class Codec:
     def _builder(self, ctx, keep_stages: bool = False) -> ops.Builder:
         plan = self._live().plan
         fast_cpu = self.use_custom_kernels and plan["kernels"] and kernels.AVAILABLE
-        taps = taps_layout(plan, self.precision)  # plan "blas"/"taps" imply a BLAS was found
+        layout = ru_layout(plan, self.precision)  # plan "blas"/"taps"/"winograd" imply a BLAS was found
         return ops.Builder(ctx=ctx, precision=self.precision, explicit_causal_mask=plan["mask"] == "explicit",
                            keep_stages=keep_stages, snake_kernel=fast_cpu, im2col_kernel=fast_cpu,
                            conv_transpose=plan["conv_transpose"], left_pad=plan["left_pad"],
                            attention=plan["attention"], matmul=plan["matmul"] if fast_cpu else "ggml",
-                           conv="taps" if taps and fast_cpu else "im2col", ru_weights="taps" if taps else "conv")
+                           conv=layout if layout != "conv" and fast_cpu else "im2col", ru_weights=layout)
 
     def _graph(self, key, ctx_bytes: int, build: Callable[[ops.Builder], dict], keep_stages: bool = False) -> Graph:
         def make() -> Graph:

@@ -151,38 +151,61 @@ def conv1d(g: Builder, x_cf: Tensor, w: Tensor, b: Tensor | None, *, stride: int
 def residual_conv(g: Builder, x_cf: Tensor, w: Tensor, dilation: int) -> Tensor:
     """A residual unit's causal dilated conv (stride 1, no bias): CF in, CF out.
 
-    With ``g.conv == "taps"``: one BLAS GEMM per tap over the signal in place (kernels.py),
-    reading a stream's carried context where causal padding puts zeros. Otherwise im2col and
-    one GEMM (``conv1d``), CL out; weights held per tap (``g.ru_weights``) are first put
-    back in the file's layout (when kernels were switched off after loading).
+    With ``g.conv == "winograd"`` (weights ``[Cin, Cout, 8]``): Winograd F(2,7), with
+    ``"taps"`` (weights ``[Cin, Cout, K]``) one GEMM per tap: BLAS GEMMs over the signal in
+    place (kernels.py), reading a stream's carried context where causal padding puts zeros.
+    Otherwise im2col and one GEMM (``conv1d``), CL out; weights held for those kernels
+    (``g.ru_weights``) are first put back in the file's layout (when kernels were switched
+    off after loading; from Winograd's, to float32 rounding).
     """
-    if g.conv != "taps":
+    if g.conv == "im2col":
         g.lowerings["conv"] = "im2col"
-        if g.ru_weights == "taps":  # ne [Cin, Cout, K] -> [K, Cin, Cout]
+        if g.ru_weights == "winograd":
+            w = taps_from_winograd(g, w)
+        if g.ru_weights in ("taps", "winograd"):  # ne [Cin, Cout, K] -> [K, Cin, Cout]
             w = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, w, 1, 2, 0, 3))
         return conv1d(g, x_cf, w, None, dilation=dilation, out="CL")
     cin, _, k = shape(w)[:3]
     if shape(x_cf)[1] != cin:
         raise ValueError(f"conv expects {cin} input channels, got {shape(x_cf)[1]}")
-    g.lowerings["conv"] = "taps"
-    return _taps(g, x_cf, w, k, dilation, (k - 1) * dilation)
+    g.lowerings["conv"] = g.conv
+    if g.conv == "winograd":
+        k = kernels.WINOGRAD_K
+
+        def conv(x, prev):
+            return kernels.conv_wino(g.ctx, w, x, dilation, g.keep, prev)
+    else:
+        def conv(x, prev):
+            return kernels.conv_taps(g.ctx, w, x, k, dilation, g.keep, prev)
+    return _in_place(g, x_cf, (k - 1) * dilation, conv)
 
 
-def _taps(g: Builder, x_cf: Tensor, w: Tensor, k: int, dilation: int, left: int) -> Tensor:
+def taps_from_winograd(g: Builder, u: Tensor) -> Tensor:
+    """Per-tap weights ``[Cin, Cout, K]`` from Winograd's ``[Cin, Cout, n]`` (one product by
+    the pseudo-inverse of G; float32 rounding)."""
+    cin, cout, n = shape(u)[:3]
+    ut = lib.ggml_cont(g.ctx, lib.ggml_transpose(g.ctx, reshape_2d(g, u, cin * cout, n)))  # [8, Cin*Cout]
+    pinv = g.input("winograd.g_pinv", kernels.WINOGRAD.g_pinv.astype(np.float32))  # ne [n, K]
+    return lib.ggml_reshape_3d(g.ctx, lib.ggml_mul_mat(g.ctx, ut, pinv), cin, cout, kernels.WINOGRAD.k)
+
+
+def _in_place(g: Builder, x_cf: Tensor, left: int, conv) -> Tensor:
+    """``conv(x, prev)`` over CF ``x_cf``: ``prev`` the carried left context of a stream (None
+    in one-shot graphs), read in place where causal padding puts ``left`` zeros."""
     length, c = shape(x_cf)[:2]
     if g.stream is None or not left:
-        return kernels.conv_taps(g.ctx, w, x_cf, k, dilation, g.keep)
+        return conv(x_cf, None)
     if length >= left:
-        return kernels.conv_taps(g.ctx, w, x_cf, k, dilation, g.keep, context_in_place(g, x_cf, left))
+        return conv(x_cf, context_in_place(g, x_cf, left))
     xc = with_left_context(g, x_cf, left)  # a chunk shorter than the context: concat first
     nb1 = xc.contents.nb[1]
     prev = lib.ggml_view_2d(g.ctx, xc, left, c, nb1, 0)
-    x_cf = lib.ggml_view_2d(g.ctx, xc, length, c, nb1, left * xc.contents.nb[0])
-    return kernels.conv_taps(g.ctx, w, x_cf, k, dilation, g.keep, prev)
+    return conv(lib.ggml_view_2d(g.ctx, xc, length, c, nb1, left * xc.contents.nb[0]), prev)
 
 
 def pointwise_taps(g: Builder, x_cf: Tensor, w: Tensor) -> Tensor:
-    """Pointwise conv (weight ne ``[1, Cin, Cout]``) by the BLAS: CF in, CF out (``g.conv == "taps"``)."""
+    """Pointwise conv (weight ne ``[1, Cin, Cout]``) by the BLAS: CF in, CF out (with ``g.conv``
+    "taps" or "winograd")."""
     cin = shape(x_cf)[1]
     n = int(lib.ggml_nelements(w))
     return kernels.conv_taps(g.ctx, lib.ggml_reshape_3d(g.ctx, w, cin, n // cin, 1), x_cf, 1, 1, g.keep)

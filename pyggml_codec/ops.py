@@ -74,8 +74,9 @@ class Builder:
     left_pad: str = "pad_ext"  # or "concat" (backends without left padding)
     attention: str = "full"  # or "blocked": windowed attention in blocks (transformer.py)
     matmul: str = "ggml"  # or "blas": F32 products by the BLAS kernel (CPU backend only)
-    conv: str = "im2col"  # or "taps": residual-unit convs as a BLAS GEMM per tap (CPU, f32)
-    ru_weights: str = "conv"  # layout of the residual-unit conv weights: "conv" or "taps"
+    conv: str = "im2col"  # residual-unit convs as a BLAS GEMM per tap ("taps") or by Winograd
+    # F(2,7) ("winograd"), over the signal in place (CPU, f32)
+    ru_weights: str = "conv"  # layout of the residual-unit conv weights: "conv", "taps", "winograd"
 
     @property
     def f16_convs(self) -> bool:

@@ -237,7 +237,7 @@ LOWERING_CHOICES = {
     "kernels": (True, False),
     "attention": ("blocked", "full"),
     "matmul": ("blas", "ggml"),
-    "conv": ("taps", "im2col"),
+    "conv": ("winograd", "taps", "im2col"),
 }
 
 
@@ -281,9 +281,10 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None) -> dict:
         # F32 products through the BLAS numpy ships (kernels.py): 1.2-3.8x ggml's F32 mul_mat
         # on the CPU; F16 products stay with ggml.
         "matmul": "blas" if blas else "ggml",
-        # The residual units' dilated convs (most of the FLOPs) as one BLAS GEMM per tap
-        # over the signal in place, instead of im2col columns; f32 precision only.
-        "conv": "taps" if blas else "im2col",
+        # The residual units' dilated convs (most of the FLOPs) by BLAS GEMMs over the signal
+        # in place instead of im2col columns: Winograd F(2,7), 8 GEMMs per 2 outputs instead
+        # of 14 ("taps": one per tap); f32 precision only.
+        "conv": "winograd" if blas else "im2col",
     }
     for key, value in (overrides or {}).items():
         if key not in LOWERING_CHOICES or value not in LOWERING_CHOICES[key]:
@@ -291,7 +292,7 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None) -> dict:
             raise ValueError(f"unknown lowering {key}={value!r}; choices: {choices}")
         if key == "kernels" and value and not backend.is_cpu:
             raise ValueError("custom kernels run on the CPU backend only")
-        if key in ("matmul", "conv") and value in ("blas", "taps"):
+        if key in ("matmul", "conv") and value in ("blas", "taps", "winograd"):
             if not backend.is_cpu:
                 raise ValueError(f"{key}={value!r} runs on the CPU backend only (through the BLAS)")
             if kernels.BLAS is None:

@@ -20,7 +20,7 @@ def residual_unit(g: Builder, x: Tensor, w, p: str, dilation: int) -> Tensor:
     h = ops.snake(g, x, w[f"{p}.block.0.alpha"], "CF")
     h = convs.residual_conv(g, h, w[f"{p}.block.1.conv.weight"], dilation)
     # bias + Snake (+ the cast to F16 in "s2cpp"), then bias + residual: fused on the CPU.
-    if g.conv == "taps":  # CF throughout: BLAS GEMMs over the signal in place
+    if g.conv in ("taps", "winograd"):  # CF throughout: BLAS GEMMs over the signal in place
         h = ops.bias_snake(g, h, w[f"{p}.block.1.conv.bias"], w[f"{p}.block.2.alpha"], "CF", ops.F32)
         h = convs.pointwise_taps(g, h, w[f"{p}.block.3.conv.weight"])
         return ops.add_bias_residual(g, h, w[f"{p}.block.3.conv.bias"], x, "CF")

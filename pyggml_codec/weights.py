@@ -6,7 +6,8 @@ tensors. Roles decide how a tensor is held on the backend:
 
 * ``conv``   conv weights: F32 in "f32" mode, F16 in "s2cpp" mode (as ggml_conv_1d needs);
 * ``conv_ru`` the residual units' dilated convs: as ``conv``, except where the plan runs them
-  as one GEMM per tap (``taps_layout``): F32 re-laid to ne [Cin, Cout, K], a matrix per tap;
+  by BLAS GEMMs (``ru_layout``): per tap, F32 re-laid to ne [Cin, Cout, K], a matrix per tap;
+  or Winograd F(2,7), the 8 transformed matrices ne [Cin, Cout, 8] (kernels.winograd_weights);
 * ``linear`` transformer / ConvNeXt matrices: F32 in "f32" mode, as stored in "s2cpp";
 * ``convT``  conv-transpose weights, F32, re-laid to ne [Cin, K, Cout] for one GEMM;
 * ``f32``    vectors, codebooks, depthwise kernels, VQ out_proj: F32;
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import kernels
 from .config import CodecConfig, TransformerConfig
 from .errors import TensorError
 from .gguf_file import FLOAT_TYPES, ModelFile
@@ -188,10 +190,12 @@ def host_array(mf: ModelFile, prefix: str, spec: TensorSpec) -> np.ndarray:
     return np.asarray(info.data).reshape(spec.shape).astype(np.float32)
 
 
-def taps_layout(plan: dict, precision: str) -> bool:
-    """Whether the residual units' dilated convs are held per tap (plan ``conv="taps"``, which
-    the f32 precision uses; "s2cpp" keeps F16 im2col columns, as the C++ engine does)."""
-    return plan.get("conv") == "taps" and precision == "f32"
+def ru_layout(plan: dict, precision: str) -> str:
+    """How the residual units' dilated convs are held: "winograd" or "taps" (plan ``conv``
+    of that name, in the f32 precision), else "conv" ("s2cpp" keeps F16 im2col columns, as the
+    C++ engine does)."""
+    conv = plan.get("conv")
+    return conv if precision == "f32" and conv in ("taps", "winograd") else "conv"
 
 
 def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, precision: str, plan: dict) -> np.ndarray:
@@ -200,8 +204,10 @@ def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, precision: str, 
     data = np.asarray(info.data).reshape(spec.shape)
     if spec.role == "convT" and plan["conv_transpose"] == "col2im":  # (Cin, Cout, K) -> (Cout, K, Cin): ne [Cin, K, Cout]
         return np.ascontiguousarray(data.astype(np.float32).transpose(1, 2, 0))
-    if spec.role == "conv_ru" and taps_layout(plan, precision):  # (Cout, Cin, K) -> (K, Cout, Cin)
-        return np.ascontiguousarray(data.astype(np.float32).transpose(2, 0, 1))
+    layout = ru_layout(plan, precision) if spec.role == "conv_ru" else "conv"
+    if layout != "conv":  # (Cout, Cin, K) -> (K, Cout, Cin) [-> (8, Cout, Cin)]
+        taps = np.ascontiguousarray(data.astype(np.float32).transpose(2, 0, 1))
+        return kernels.winograd_weights(taps) if layout == "winograd" else taps
     if spec.role in ("conv", "conv_ru"):
         return data.astype(np.float16 if precision == "s2cpp" else np.float32)
     if spec.role == "linear":
@@ -214,9 +220,9 @@ def backend_layout(spec: TensorSpec, file_type: int, precision: str, plan: dict)
     if spec.role == "convT" and plan["conv_transpose"] == "col2im":
         cin, cout, k = spec.shape
         return 0, (cout, k, cin)
-    if spec.role == "conv_ru" and taps_layout(plan, precision):
+    if spec.role == "conv_ru" and ru_layout(plan, precision) != "conv":
         cout, cin, k = spec.shape
-        return 0, (k, cout, cin)
+        return 0, ((kernels.WINOGRAD.n if ru_layout(plan, precision) == "winograd" else k), cout, cin)
     f16 = (spec.role in ("conv", "conv_ru") and precision == "s2cpp") or \
         (spec.role == "linear" and precision == "s2cpp" and file_type == 1)
     return (1 if f16 else 0), spec.shape

@@ -1,8 +1,11 @@
 """The BLAS kernels (kernels.py) against float64 numpy: ``mul_mat_blas`` (ggml_mul_mat's
-contract, batches and broadcast, strided rows, shapes off the 16-column thread shares) and
-``conv_taps`` (causal dilated conv, one GEMM per tap, with and without a carried context).
+contract, batches and broadcast, strided rows, shapes off the 16-column thread shares),
+``conv_taps`` (causal dilated conv, one GEMM per tap, with and without a carried context) and
+``conv_wino`` (the same conv by Winograd F(m,7)).
 
-Metric: max abs error over max abs value; bound 2e-6 (float32 sums of at most 700 terms).
+Metric: max abs error over max abs value; bound 2e-6 (float32 sums of at most 700 terms);
+Winograd's transforms add rounding: bounds 5e-6 for F(2,7), 3e-5 for F(4,7) (measured on
+the codec's shapes, 64-768 channels: 1-2e-6 and 0.9-1.7e-5).
 """
 
 from __future__ import annotations
@@ -129,7 +132,72 @@ def test_blas_can_be_switched_off(tiny_model):
         pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"matmul": "blas"})
 
 
-@pytest.mark.parametrize("kernel", ["mul_mat_blas", "conv_taps"])
+WINO_REL_MAX = {2: 5e-6, 4: 3e-5}
+
+
+@pytest.mark.parametrize("m", sorted(kernels.WINOGRAD_VARIANTS))
+def test_winograd_tables_compute_the_correlation(m):
+    """The Toom-Cook construction, in float64: A ((G w) * (BT x)) is the correlation of n
+    inputs with the 7 taps (relative error <= 1e-12), and BT (the kernel's table) holds
+    integers, exact in float32."""
+    wino = kernels.WINOGRAD_VARIANTS[m]
+    rng = np.random.default_rng(m)
+    worst = 0.0
+    for _ in range(50):
+        w, x = rng.standard_normal(wino.k), rng.standard_normal(wino.n)
+        got = wino.a @ ((wino.g @ w) * (wino.bt @ x))
+        want = np.array([x[i:i + wino.k] @ w for i in range(wino.m)])
+        worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
+    print(f"F({m},7) algebra: rel max err {worst:.1e}")
+    assert worst <= 1e-12
+    assert np.array_equal(wino.bt, np.round(wino.bt))
+    assert np.array_equal(wino.tables[:wino.n ** 2], wino.bt.ravel().astype(np.float32))
+    np.testing.assert_allclose(wino.g_pinv @ wino.g, np.eye(wino.k), atol=1e-12)
+
+
+@pytest.mark.parametrize("m", sorted(kernels.WINOGRAD_VARIANTS))
+@pytest.mark.parametrize("cin,cout,length,d,with_prev,threads", [
+    (3, 5, 17, 1, False, 2), (3, 5, 17, 3, True, 2), (8, 4, 5, 9, True, 2), (8, 4, 5, 9, False, 1),  # split channels
+    (32, 64, 10, 9, True, 3), (8, 200, 100, 1, False, 2),
+    (16, 16, 3000, 9, True, 1), (7, 9, 2501, 3, True, 3), (24, 40, 4099, 1, False, 2),  # split time, partial tiles
+])
+def test_conv_wino_matches_numpy(m, cin, cout, length, d, with_prev, threads, monkeypatch):
+    monkeypatch.setattr(kernels, "WINO_CHUNK_BYTES", 4 * 10 * (cin + cout) * 64)  # several blocks per thread
+    monkeypatch.setattr(kernels, "WINO_MIN_TILES", 16)
+    wino = kernels.WINOGRAD_VARIANTS[m]
+    rng = np.random.default_rng(cin * length + d)
+    w = rng.standard_normal((cout, cin, 7)).astype(np.float32)
+    x = rng.standard_normal((cin, length + 3)).astype(np.float32)  # rows strided by 3 extra samples
+    prev = rng.standard_normal((cin, 6 * d)).astype(np.float32)
+
+    def build(g):
+        ut = g.input("u", wino.weights(np.ascontiguousarray(w.transpose(2, 0, 1))))  # ne [Cin, Cout, n]
+        xt = g.input("x", x)
+        xv = ops.lib.ggml_view_2d(g.ctx, xt, length, cin, xt.contents.nb[1], 0)
+        pt = g.input("prev", prev) if with_prev else None
+        return {"y": kernels.conv_wino(g.ctx, ut, xv, d, g.keep, pt, wino)}
+
+    got = _run(build, threads)["y"]
+    want = _conv_ref(x[:, :length], w, d, prev if with_prev else None)
+    rel = _rel(got, want)
+    print(f"conv_wino F({m},7) cin={cin} cout={cout} L={length} d={d} prev={with_prev}: rel max err {rel:.2e}")
+    assert rel <= WINO_REL_MAX[m]
+
+
+def test_conv_wino_refuses_other_weights():
+    ctx = runtime.new_context(16 * ops.lib.ggml_tensor_overhead())
+    try:
+        taps = ops.new_tensor(ctx, ops.F32, (8, 8, 7))  # per-tap weights, not transformed
+        x = ops.new_tensor(ctx, ops.F32, (100, 8))
+        with pytest.raises(ValueError, match="planes"):
+            kernels.conv_wino(ctx, taps, x, 1, [])
+        with pytest.raises(ValueError, match="kernel size 7"):
+            kernels.WINOGRAD.weights(np.zeros((3, 4, 4), np.float32))
+    finally:
+        ops.lib.ggml_free(ctx)
+
+
+@pytest.mark.parametrize("kernel", ["mul_mat_blas", "conv_taps", "conv_wino"])
 def test_blas_kernels_do_not_depend_on_thread_count(kernel):
     """Blocks depend on the shape alone, so 1, 2 and 3 threads give the same bits (as ggml's
     own mul_mat does): results stay reproducible across machines' thread counts."""
@@ -142,8 +210,12 @@ def test_blas_kernels_do_not_depend_on_thread_count(kernel):
     def build(g):
         if kernel == "mul_mat_blas":
             return {"y": kernels.mul_mat_blas(g.ctx, g.input("a", a), g.input("b", b))}
-        wt, xt = g.input("w", w), g.input("x", x)
+        xt = g.input("x", x)
         short = ops.lib.ggml_view_2d(g.ctx, xt, 100, 16, xt.contents.nb[1], 0)  # split by channels
+        if kernel == "conv_wino":
+            ut = g.input("u", kernels.winograd_weights(w))
+            return {"y": kernels.conv_wino(g.ctx, ut, xt, 3, g.keep), "y_short": kernels.conv_wino(g.ctx, ut, short, 3, g.keep)}
+        wt = g.input("w", w)
         return {"y": kernels.conv_taps(g.ctx, wt, xt, 7, 3, g.keep),
                 "y_short": kernels.conv_taps(g.ctx, wt, short, 7, 3, g.keep)}
 

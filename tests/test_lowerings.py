@@ -27,6 +27,7 @@ PLANS = {
     "ggml-matmul": {"matmul": "ggml"},
     "im2col-conv": {"conv": "im2col"},
     "blas": {"matmul": "blas", "conv": "taps"},
+    "winograd": {"matmul": "blas", "conv": "winograd"},
 }
 
 
@@ -103,7 +104,7 @@ def test_cpu_plan_and_bad_overrides(tiny_model):
         blas = kernels.BLAS is not None
         assert codec.plan == {"mask": "diag_mask_inf", "conv_transpose": "col2im", "left_pad": "pad_ext",
                               "kernels": True, "attention": "blocked", "matmul": "blas" if blas else "ggml",
-                              "conv": "taps" if blas else "im2col"}
+                              "conv": "winograd" if blas else "im2col"}
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"kernels": False}) as codec:
         assert (codec.plan["matmul"], codec.plan["conv"]) == ("ggml", "im2col")
     with pytest.raises(ValueError, match="needs the compiled kernels"):
