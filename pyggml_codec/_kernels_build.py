@@ -35,7 +35,7 @@ SOURCE = r"""
 #include <stdint.h>
 #include <stdlib.h>
 #include <pthread.h>
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -429,6 +429,73 @@ struct wino {
     int64_t ldy;
 };
 
+/* v_p[q] = sum_r BT[p][r] e_{r % m}[q + r / m] for q < nb, p < n: 8 tiles at a time with
+ * the n inputs in registers (n and m constant where inlined), the rest one by one. */
+static inline __attribute__((always_inline)) void wino_bt_n(const float * restrict bt, const int64_t n,
+        const int64_t m, const float * restrict e, int64_t ng, int64_t nb, float * restrict v, int64_t plane) {
+    int64_t q = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    for (; q + 8 <= nb; q += 8) {
+        __m256 in[PG_WINO_MAX_N];
+        for (int64_t r = 0; r < n; r++) in[r] = _mm256_loadu_ps(e + (r % m) * ng + r / m + q);
+        for (int64_t p = 0; p < n; p++) {
+            __m256 acc = _mm256_mul_ps(_mm256_set1_ps(bt[p * n]), in[0]);
+            for (int64_t r = 1; r < n; r++) acc = _mm256_fmadd_ps(_mm256_set1_ps(bt[p * n + r]), in[r], acc);
+            _mm256_storeu_ps(v + p * plane + q, acc);
+        }
+    }
+#endif
+    for (; q < nb; q++)
+        for (int64_t p = 0; p < n; p++) {
+            float acc = 0.0f;
+            for (int64_t r = 0; r < n; r++) acc += bt[p * n + r] * e[(r % m) * ng + r / m + q];
+            v[p * plane + q] = acc;
+        }
+}
+
+static void wino_bt(const float * bt, int64_t n, int64_t m, const float * e, int64_t ng, int64_t nb, float * v,
+                    int64_t plane) {
+    if (n == 10 && m == 4) wino_bt_n(bt, 10, 4, e, ng, nb, v, plane);
+    else if (n == 8 && m == 2) wino_bt_n(bt, 8, 2, e, ng, nb, v, plane);
+    else wino_bt_n(bt, n, m, e, ng, nb, v, plane);
+}
+
+/* y[t0 + m d k] (i-th output of tile k) = sum_p A[i][p] m_p[k] for k < nq_i, i < m, where
+ * m_p = mr + p * mplane: 8 tiles at a time with the n products in registers. */
+static inline __attribute__((always_inline)) void wino_at_n(const float * restrict at, const int64_t n,
+        const int64_t m, const float * restrict mr, int64_t mplane, int64_t nb, const int64_t * nq, float * yr,
+        const int64_t * t0, int64_t step) {
+    int64_t q = 0;
+    const int64_t full = nq[m - 1] < nb ? nq[m - 1] : nb;  /* tiles whose m outputs all fall before len */
+#if defined(__AVX2__) && defined(__FMA__)
+    for (; q + 8 <= full; q += 8) {
+        __m256 mv[PG_WINO_MAX_N];
+        for (int64_t p = 0; p < n; p++) mv[p] = _mm256_loadu_ps(mr + p * mplane + q);
+        for (int64_t i = 0; i < m; i++) {
+            __m256 acc = _mm256_mul_ps(_mm256_set1_ps(at[i * n]), mv[0]);
+            for (int64_t p = 1; p < n; p++) acc = _mm256_fmadd_ps(_mm256_set1_ps(at[i * n + p]), mv[p], acc);
+            float out[8];
+            _mm256_storeu_ps(out, acc);
+            float * yo = yr + t0[i] + step * q;
+            for (int k = 0; k < 8; k++) yo[step * k] = out[k];
+        }
+    }
+#endif
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t k = q; k < nq[i]; k++) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < n; p++) acc += at[i * n + p] * mr[p * mplane + k];
+            yr[t0[i] + step * k] = acc;
+        }
+}
+
+static void wino_at(const float * at, int64_t n, int64_t m, const float * mr, int64_t mplane, int64_t nb,
+                    const int64_t * nq, float * yr, const int64_t * t0, int64_t step) {
+    if (n == 10 && m == 4) wino_at_n(at, 10, 4, mr, mplane, nb, nq, yr, t0, step);
+    else if (n == 8 && m == 2) wino_at_n(at, 8, 2, mr, mplane, nb, nq, yr, t0, step);
+    else wino_at_n(at, n, m, mr, mplane, nb, nq, yr, t0, step);
+}
+
 /* Input transform of tile rows [b0, b0 + nb) for every input channel: v[p][ci][j nb + q].
  * The inputs of channel ci, residue j are first gathered (strided by d) and split by phase:
  * e_i[q] = xpad(j + d (m (b0 + q) - (K - 1) + i)), so that input r of tile q is
@@ -454,19 +521,7 @@ static void wino_input(const struct wino * w, int64_t b0, int64_t nb, float * re
                     }
                 }
             }
-            for (int64_t p = 0; p < n; p++) {
-                float * restrict vp = v + p * plane + ci * ldv + j * nb;
-                int first = 1;
-                for (int64_t r = 0; r < n; r++) {
-                    const float c = w->bt[p * n + r];
-                    if (c == 0.0f) continue;
-                    const float * restrict s = gbuf + (r % m) * ng + r / m;
-                    if (first) for (int64_t q = 0; q < nb; q++) vp[q] = c * s[q];
-                    else for (int64_t q = 0; q < nb; q++) vp[q] += c * s[q];
-                    first = 0;
-                }
-                if (first) memset(vp, 0, sizeof(float) * (size_t)nb);
-            }
+            wino_bt(w->bt, n, m, gbuf, ng, nb, v + ci * ldv + j * nb, plane);
         }
     }
 }
@@ -474,8 +529,7 @@ static void wino_input(const struct wino * w, int64_t b0, int64_t nb, float * re
 /* Rows [o0, o1) of the tile rows whose transform is v: the n products, then the output
  * transform straight into y (outputs before len). */
 static void wino_rows(const int64_t * p, const struct wino * w, int64_t b0, int64_t nb, const float * v,
-                      int64_t ldv, int64_t plane, float * restrict mbuf, int64_t mplane, float * restrict tmp,
-                      int64_t o0, int64_t o1) {
+                      int64_t ldv, int64_t plane, float * restrict mbuf, int64_t mplane, int64_t o0, int64_t o1) {
     const int64_t m = w->m, n = w->n, d = w->d, nt = nb * d, rows = o1 - o0;
     for (int64_t q = 0; q < n; q++)
         pg_sgemm(p, 0, rows, nt, w->cin, w->u + (q * w->cout + o0) * w->cin, w->cin, v + q * plane, ldv, 0.0f,
@@ -484,23 +538,13 @@ static void wino_rows(const int64_t * p, const struct wino * w, int64_t b0, int6
         float * yr = w->y + (o0 + r) * w->ldy;
         for (int64_t j = 0; j < d; j++) {
             const float * mr = mbuf + r * ldv + j * nb;
+            int64_t t0[PG_WINO_MAX_N], nq[PG_WINO_MAX_N];
             for (int64_t i = 0; i < m; i++) {
-                const int64_t t0 = j + d * (m * b0 + i);  /* output of tile q: t0 + m d q */
-                const int64_t cnt = t0 < w->len ? (w->len - t0 + m * d - 1) / (m * d) : 0;
-                const int64_t nq = cnt < nb ? cnt : nb;
-                if (nq <= 0) continue;
-                int first = 1;
-                for (int64_t q = 0; q < n; q++) {
-                    const float c = w->at[i * n + q];
-                    if (c == 0.0f) continue;
-                    const float * restrict s = mr + q * mplane;
-                    if (first) for (int64_t k = 0; k < nq; k++) tmp[k] = c * s[k];
-                    else for (int64_t k = 0; k < nq; k++) tmp[k] += c * s[k];
-                    first = 0;
-                }
-                if (first) memset(tmp, 0, sizeof(float) * (size_t)nq);
-                for (int64_t k = 0; k < nq; k++) yr[t0 + m * d * k] = tmp[k];
+                t0[i] = j + d * (m * b0 + i);  /* output of tile q: t0 + m d q */
+                const int64_t cnt = t0[i] < w->len ? (w->len - t0[i] + m * d - 1) / (m * d) : 0;
+                nq[i] = cnt < nb ? cnt : nb;
             }
+            wino_at(w->at, n, m, mr, mplane, nb, nq, yr, t0, m * d);
         }
     }
 }
@@ -538,23 +582,23 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     if (ldv % 256 == 0) ldv += 16;
     const int64_t ng = nb + (w.n - 1) / w.m;
     const int64_t plane = w.cin * ldv + 32, mplane = rows * ldv + 32;
-    const size_t floats = (size_t)(w.m * ng + w.n * plane + w.n * mplane + nb);
+    const size_t floats = (size_t)(w.m * ng + w.n * plane + w.n * mplane);
     int slot;
     float * buf = scratch_take(floats, &slot);
     if (!buf) { scratch_give(buf, slot); return; }  /* out of memory: the output is left unset */
-    float * gbuf = buf, * v = gbuf + w.m * ng, * mbuf = v + w.n * plane, * tmp = mbuf + w.n * mplane;
+    float * gbuf = buf, * v = gbuf + w.m * ng, * mbuf = v + w.n * plane;
     const int prev_threads = ((pg_set_threads_t)(uintptr_t)p[1])(1);
     if (by_time) {
         for (int64_t b0 = i0; b0 < i1; b0 += block) {
             const int64_t cnt = b0 + block < i1 ? block : i1 - b0;
             wino_input(&w, b0, cnt, gbuf, v, ldv, plane);
-            wino_rows(p, &w, b0, cnt, v, ldv, plane, mbuf, mplane, tmp, 0, w.cout);
+            wino_rows(p, &w, b0, cnt, v, ldv, plane, mbuf, mplane, 0, w.cout);
         }
     } else {
         wino_input(&w, 0, nrows, gbuf, v, ldv, plane);
         for (int64_t a = i0; a < i1; a += block) {
             const int64_t b = a + block < i1 ? a + block : i1;
-            wino_rows(p, &w, 0, nrows, v, ldv, plane, mbuf, mplane, tmp, a, b);
+            wino_rows(p, &w, 0, nrows, v, ldv, plane, mbuf, mplane, a, b);
         }
     }
     ((pg_set_threads_t)(uintptr_t)p[1])(prev_threads);

@@ -138,10 +138,24 @@ def causal_im2col(g: Builder, x_cf: Tensor, w: Tensor, stride: int, dilation: in
     return first_columns(g, cols, n_out)
 
 
+TAPS_MAX_WEIGHTS = 1 << 16  # conv1d's per-tap path re-lays its weights in every compute
+
+
 def conv1d(g: Builder, x_cf: Tensor, w: Tensor, b: Tensor | None, *, stride: int = 1,
            dilation: int = 1, out: str = "CF") -> Tensor:
-    """Causal conv, weight ne ``[K, Cin, Cout]``; CF in, ``out`` layout out."""
+    """Causal conv, weight ne ``[K, Cin, Cout]``; CF in, ``out`` layout out.
+
+    Small stride-1 F32 kernels with a CF output (the decoder's 96 -> 1 head) take the
+    per-tap BLAS kernel where the plan has it: no im2col columns (K*Cin rows over the whole
+    signal: 27-35 ms for the head of a 1 s decode, against about 3 ms per tap)."""
     k, cin, cout = shape(w)[:3]
+    if (g.conv in ("taps", "winograd") and stride == 1 and out == "CF" and _ggml.tensor_type(w) == F32
+            and k * cin * cout <= TAPS_MAX_WEIGHTS and cin >= 16 and shape(x_cf)[1] == cin):
+        g.lowerings["conv1d"] = "taps"
+        wt = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, w, 2, 0, 1, 3))  # ne [Cin, Cout, K]: a copy per compute
+        y = _in_place(g, x_cf, (k - 1) * dilation,
+                      lambda x, prev: kernels.conv_taps(g.ctx, wt, x, k, dilation, g.keep, prev))
+        return add_bias(g, y, b, out)
     cols = causal_im2col(g, x_cf, w, stride, dilation)
     w2 = reshape_2d(g, w, k * cin, cout)
     y = mul_mat(g, cols, w2) if out == "CF" else mul_mat(g, w2, cols)
