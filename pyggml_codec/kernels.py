@@ -359,6 +359,7 @@ WINO_CHUNK_BYTES = 8 << 20  # a thread block's working set (transformed input + 
 # WINO_SPLIT_CHANNELS_BELOW split the output channels instead (each thread transforms the
 # whole input), in blocks of >= CONV_MIN_CHANNELS. Shape-only choices, as for conv_taps.
 WINO_MIN_TILES, WINO_MIN_BLOCKS, WINO_SPLIT_CHANNELS_BELOW = 128, 2, 1024
+WINO_BALANCE = 12  # block counts rounded up to a multiple of this (11 blocks left one of 2 threads 9 % idle)
 
 
 def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd | None = None):
@@ -375,6 +376,11 @@ def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd | 
     max_tiles = max(WINO_MIN_TILES, WINO_CHUNK_BYTES // (4 * wino.n * (cin + cout)))
     max_rows = max(1, max_tiles // dilation)
     n_blocks = max(-(-rows // max_rows), min(WINO_MIN_BLOCKS, rows * dilation // WINO_MIN_TILES), 1)
+    for multiple in (WINO_BALANCE, 2):  # whole shares for 2, 3, 4 and 6 threads where blocks allow
+        balanced = -(-n_blocks // multiple) * multiple
+        if n_blocks > 1 and rows * dilation // balanced >= WINO_MIN_TILES:
+            n_blocks = balanced
+            break
     block = -(-rows // n_blocks)
     keep.append(wino.tables)
     params = np.concatenate([BLAS.params, np.array([dilation, block, WINO_SPLIT_CHANNELS_BELOW, CONV_MIN_CHANNELS,
