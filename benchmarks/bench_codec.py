@@ -180,7 +180,8 @@ def bench_streaming(codec, codes, seconds: float, reps: int) -> list[dict]:
 
 
 VARIANTS = {"plain-ggml-ops": {"kernels": False}, "conv_transpose_1d": {"conv_transpose": "ggml"},
-            "no-blas": {"matmul": "ggml", "conv": "im2col"}, "im2col-conv": {"conv": "im2col"}}
+            "no-blas": {"matmul": "ggml", "conv": "im2col"}, "im2col-conv": {"conv": "im2col"},
+            "per-tap-conv": {"conv": "taps"}}
 
 
 def bench_variants(path: Path, dtype: str, precision: str, threads: int, reps: int) -> list[dict]:
@@ -213,7 +214,8 @@ def rss_child(engine: str, model_path: str, seconds: float, mode: str) -> None:
         import pyggml_codec
 
         parts = "decode" if mode.startswith("decode") else "all"
-        with pyggml_codec.load(model_path, backend="cpu", n_threads=2, precision="s2cpp", parts=parts) as c:
+        precision = "f32" if mode.endswith("-f32") else "s2cpp"  # s2cpp keeps the F16 file's conv weights in F16
+        with pyggml_codec.load(model_path, backend="cpu", n_threads=2, precision=precision, parts=parts) as c:
             codes = random_codes(c.config.quantizer.codebook_sizes, -(-n // 2048), seed=2)
             if mode == "decode-one-shot":
                 c.decode_chunk_frames = None
@@ -310,7 +312,7 @@ def main(argv=None) -> int:
                     rows += bench_variants(paths[dtype], dtype, precision, max(args.threads), args.reps)
         rss = {}
         if not args.no_rss:
-            runs = [("ours", "decode", 10), ("ours", "decode-one-shot", 10), ("ours", "decode", 60),
+            runs = [("ours", "decode", 10), ("ours", "decode-one-shot", 10), ("ours", "decode", 60), ("ours", "decode-f32", 10),
                     ("oracle", "decode", 10), ("ours", "encode", 10), ("oracle", "encode", 10),
                     ("ours", "encode-chunked", 10), ("ours", "encode-chunked", 60)]
             for engine, mode, seconds in runs:
