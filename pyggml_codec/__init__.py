@@ -61,7 +61,7 @@ def load(
     "metal", "vulkan", or a ggml backend handle the host created (used, never freed).
     An unavailable backend falls back to CPU with a ``RuntimeWarning`` (recorded in
     ``codec.fallback_reason``); ``strict_backend=True`` raises :class:`BackendError`.
-    ``precision``: "f32" (default: F32 im2col and weights, exact to ~1e-7, the reference
+    ``precision``: "f32" (default: F32 weights and convs, exact to ~1e-6, the reference
     for comparisons) or "s2cpp" (F16 conv inputs and weights, as the C++ engine computes;
     half the weight memory of an F16 file). ``parts``: "all", "encode" or "decode" (only
     the tensors that direction needs). ``n_threads`` defaults to the usable cores.
@@ -79,8 +79,9 @@ def load(
     ``left_pad`` ("pad_ext"/"concat"), ``kernels`` (True/False: compiled CPU kernels),
     ``attention`` ("blocked": window attention in query blocks, the CPU default; "full"),
     ``matmul`` ("blas": F32 products by the OpenBLAS numpy ships, the CPU default where it is
-    found; "ggml"), ``conv`` ("taps": the residual units' dilated convs as one BLAS GEMM per
-    tap in "f32" precision, the CPU default with the BLAS; "im2col").
+    found; "ggml"), ``conv`` ("winograd": the residual units' dilated convs by Winograd F(4,7),
+    10 BLAS GEMMs per 4 outputs, in "f32" precision, the CPU default with the BLAS; "taps":
+    one BLAS GEMM per tap, the smallest rounding error; "im2col").
 
     Ops the backend rejects (``ggml_backend_supports_op``) run on the CPU through
     ``ggml_backend_sched``, with a ``RuntimeWarning`` naming them (``codec.lowerings["cpu_ops"]``).
