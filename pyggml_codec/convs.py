@@ -13,6 +13,7 @@ import numpy as np
 from . import _ggml, kernels
 from ._ggml import lib
 from .ops import F16, F32, Builder, Tensor, add, add_bias, first_columns, mul_mat, reshape_2d, shape, transpose
+from .winograd import WINOGRAD
 
 
 def carry_input(g: Builder, ne: tuple[int, ...]) -> tuple[str, Tensor]:
@@ -184,7 +185,7 @@ def residual_conv(g: Builder, x_cf: Tensor, w: Tensor, dilation: int) -> Tensor:
         raise ValueError(f"conv expects {cin} input channels, got {shape(x_cf)[1]}")
     g.lowerings["conv"] = g.conv
     if g.conv == "winograd":
-        k = kernels.WINOGRAD_K
+        k = WINOGRAD.k
 
         def conv(x, prev):
             return kernels.conv_wino(g.ctx, w, x, dilation, g.keep, prev)
@@ -199,8 +200,8 @@ def taps_from_winograd(g: Builder, u: Tensor) -> Tensor:
     the pseudo-inverse of G; float32 rounding)."""
     cin, cout, n = shape(u)[:3]
     ut = lib.ggml_cont(g.ctx, lib.ggml_transpose(g.ctx, reshape_2d(g, u, cin * cout, n)))  # [8, Cin*Cout]
-    pinv = g.input("winograd.g_pinv", kernels.WINOGRAD.g_pinv.astype(np.float32))  # ne [n, K]
-    return lib.ggml_reshape_3d(g.ctx, lib.ggml_mul_mat(g.ctx, ut, pinv), cin, cout, kernels.WINOGRAD.k)
+    pinv = g.input("winograd.g_pinv", WINOGRAD.g_pinv.astype(np.float32))  # ne [n, K]
+    return lib.ggml_reshape_3d(g.ctx, lib.ggml_mul_mat(g.ctx, ut, pinv), cin, cout, WINOGRAD.k)
 
 
 def _in_place(g: Builder, x_cf: Tensor, left: int, conv) -> Tensor:

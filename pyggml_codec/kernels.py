@@ -22,14 +22,13 @@ import ctypes
 import ctypes.util
 import glob
 import logging
-import math
 import os
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
 from ._ggml import lib
+from .winograd import WINOGRAD, Winograd
 
 log = logging.getLogger("pyggml_codec")
 N_TASKS_MAX = -1  # GGML_N_TASKS_MAX: use every thread of the compute
@@ -265,94 +264,6 @@ def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None):
 
 # --------------------------------------------------------------------------- Winograd
 
-
-def _inverse(rows: list) -> list:
-    """Exact inverse of a square matrix of Fractions (Gauss-Jordan)."""
-    n = len(rows)
-    a = [list(r) + [Fraction(int(i == j)) for j in range(n)] for i, r in enumerate(rows)]
-    for c in range(n):
-        pivot = next(r for r in range(c, n) if a[r][c] != 0)
-        a[c], a[pivot] = a[pivot], a[c]
-        a[c] = [v / a[c][c] for v in a[c]]
-        for r in range(n):
-            if r != c and a[r][c] != 0:
-                f = a[r][c]
-                a[r] = [x - f * y for x, y in zip(a[r], a[c])]
-    return [r[n:] for r in a]
-
-
-@dataclass(frozen=True)
-class Winograd:
-    """Winograd F(m, K) for a correlation (Toom-Cook on the given points and infinity):
-    y = A ((G w) * (BT x)) for m outputs from n = m + K - 1 inputs. BT's rows are scaled to
-    coprime integers (exact in float32), G's rows by the inverse scale."""
-
-    m: int
-    k: int
-    points: tuple
-    bt: np.ndarray  # n x n
-    a: np.ndarray  # m x n
-    g: np.ndarray  # n x K (float64)
-    g_pinv: np.ndarray  # K x n: per-tap weights back from the transformed ones
-    tables: np.ndarray  # F32 BT then A, as the kernel reads them
-
-    @property
-    def n(self) -> int:
-        return self.m + self.k - 1
-
-    @classmethod
-    def build(cls, m: int, k: int, points) -> "Winograd":
-        n = m + k - 1
-        if len(points) != n - 1:
-            raise ValueError(f"F({m},{k}) needs {n - 1} finite points, got {len(points)}")
-
-        def vandermonde(length: int) -> list:  # rows: the points, then infinity
-            rows = [[Fraction(p) ** i for i in range(length)] for p in points]
-            return rows + [[Fraction(0)] * (length - 1) + [Fraction(1)]]
-
-        vm, vk, vinv = vandermonde(m), vandermonde(k), _inverse(vandermonde(n))
-        a = [[vm[p][i] for p in range(n)] for i in range(m)]
-        g = [row[:] for row in vk]
-        bt = [[vinv[j][p] for j in range(n)] for p in range(n)]  # the inverse's transpose
-        for p in range(n):
-            den = math.lcm(*[v.denominator for v in bt[p]])
-            scale = Fraction(den, math.gcd(*[int(v * den) for v in bt[p]]))
-            bt[p] = [v * scale for v in bt[p]]
-            g[p] = [v / scale for v in g[p]]
-
-        def f64(rows: list) -> np.ndarray:
-            return np.array([[float(v) for v in row] for row in rows])
-
-        bt_, a_, g_ = f64(bt), f64(a), f64(g)
-        tables = np.concatenate([bt_.ravel(), a_.ravel()]).astype(np.float32)
-        return cls(m, k, tuple(points), bt_, a_, g_, np.linalg.pinv(g_), tables)
-
-    def weights(self, taps: np.ndarray) -> np.ndarray:
-        """Per-tap matrices ``(K, Cout, Cin)`` -> the transformed ones ``(n, Cout, Cin)``, F32
-        (summed in float64, so each is rounded once)."""
-        k, cout, cin = taps.shape
-        if k != self.k:
-            raise ValueError(f"Winograd F({self.m},{self.k}) needs kernel size {self.k}, got {k}")
-        u = self.g @ taps.reshape(k, -1).astype(np.float64)
-        return np.ascontiguousarray(u.reshape(self.n, cout, cin).astype(np.float32))
-
-
-_HALF = Fraction(1, 2)
-WINOGRAD_VARIANTS = {  # points chosen for the smallest float32 error measured per conv
-    2: Winograd.build(2, 7, (0, 1, -1, 2, -2, _HALF, -_HALF)),
-    4: Winograd.build(4, 7, (0, 1, -1, 2, -2, _HALF, -_HALF, Fraction(3, 4), Fraction(-3, 4))),
-}
-# F(4,7): 10 GEMMs per 4 outputs (0.36x the per-tap FLOPs; F(2,7): 0.57x). Per conv, float32
-# error 5-8e-6 of the largest output against 1-2e-6 for F(2,7) and 2e-7 per tap; end to end
-# (full-size decode against upstream, rel RMS) 1.2e-6 against 8e-7 per tap.
-WINOGRAD = WINOGRAD_VARIANTS[4]
-WINOGRAD_K = WINOGRAD.k
-
-
-def winograd_weights(taps: np.ndarray) -> np.ndarray:
-    return WINOGRAD.weights(taps)
-
-
 WINO_CHUNK_BYTES = 8 << 20  # a thread block's working set (transformed input + products)
 # Threads take blocks of tile rows (m d outputs each): at least WINO_MIN_TILES tiles, and
 # at least WINO_MIN_BLOCKS blocks where that allows; signals shorter than
@@ -362,12 +273,11 @@ WINO_MIN_TILES, WINO_MIN_BLOCKS, WINO_SPLIT_CHANNELS_BELOW = 128, 2, 1024
 WINO_BALANCE = 12  # block counts rounded up to a multiple of this (11 blocks left one of 2 threads 9 % idle)
 
 
-def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd | None = None):
+def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = WINOGRAD):
     """The causal dilated conv of ``conv_taps`` by Winograd F(m, K): ``u`` the transformed
     weights (contiguous F32 ne ``[Cin, Cout, n]``, ``Winograd.weights``), CF ``x`` (F32 ne
     ``[L, Cin]``, contiguous rows), ``prev`` (F32 ne ``[(K-1) * dilation, Cin]``) the carried
     context read in place; CF ``[L, Cout]``. n GEMMs per m outputs instead of m K."""
-    wino = wino or WINOGRAD
     cin, cout = int(u.contents.ne[0]), int(u.contents.ne[1])
     if int(u.contents.ne[2]) != wino.n:
         raise ValueError(f"Winograd F({wino.m},{wino.k}) weights need {wino.n} planes, got {int(u.contents.ne[2])}")

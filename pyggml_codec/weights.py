@@ -7,7 +7,7 @@ tensors. Roles decide how a tensor is held on the backend:
 * ``conv``   conv weights: F32 in "f32" mode, F16 in "s2cpp" mode (as ggml_conv_1d needs);
 * ``conv_ru`` the residual units' dilated convs: as ``conv``, except where the plan runs them
   by BLAS GEMMs (``ru_layout``): per tap, F32 re-laid to ne [Cin, Cout, K], a matrix per tap;
-  or Winograd F(2,7), the 8 transformed matrices ne [Cin, Cout, 8] (kernels.winograd_weights);
+  or Winograd F(4,7), the 10 transformed matrices ne [Cin, Cout, 10] (winograd.WINOGRAD);
 * ``linear`` transformer / ConvNeXt matrices: F32 in "f32" mode, as stored in "s2cpp";
 * ``convT``  conv-transpose weights, F32, re-laid to ne [Cin, K, Cout] for one GEMM;
 * ``f32``    vectors, codebooks, depthwise kernels, VQ out_proj: F32;
@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import kernels
 from .config import CodecConfig, TransformerConfig
 from .errors import TensorError
 from .gguf_file import FLOAT_TYPES, ModelFile
 from .quantizer import stage_prefixes
 from .seanet import RESIDUAL_DILATIONS
 from .transformer import LAYER_TENSORS
+from .winograd import WINOGRAD
 
 PARTS = ("all", "encode", "decode")
 ENC, DEC = frozenset({"encode"}), frozenset({"decode"})
@@ -207,7 +207,7 @@ def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, precision: str, 
     layout = ru_layout(plan, precision) if spec.role == "conv_ru" else "conv"
     if layout != "conv":  # (Cout, Cin, K) -> (K, Cout, Cin) [-> (8, Cout, Cin)]
         taps = np.ascontiguousarray(data.astype(np.float32).transpose(2, 0, 1))
-        return kernels.winograd_weights(taps) if layout == "winograd" else taps
+        return WINOGRAD.weights(taps) if layout == "winograd" else taps
     if spec.role in ("conv", "conv_ru"):
         return data.astype(np.float16 if precision == "s2cpp" else np.float32)
     if spec.role == "linear":
@@ -222,7 +222,7 @@ def backend_layout(spec: TensorSpec, file_type: int, precision: str, plan: dict)
         return 0, (cout, k, cin)
     if spec.role == "conv_ru" and ru_layout(plan, precision) != "conv":
         cout, cin, k = spec.shape
-        return 0, ((kernels.WINOGRAD.n if ru_layout(plan, precision) == "winograd" else k), cout, cin)
+        return 0, ((WINOGRAD.n if ru_layout(plan, precision) == "winograd" else k), cout, cin)
     f16 = (spec.role in ("conv", "conv_ru") and precision == "s2cpp") or \
         (spec.role == "linear" and precision == "s2cpp" and file_type == 1)
     return (1 if f16 else 0), spec.shape

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import pyggml_codec
-from pyggml_codec import kernels, ops, runtime
+from pyggml_codec import kernels, ops, runtime, winograd
 
 REL_MAX = 2e-6
 
@@ -135,12 +135,12 @@ def test_blas_can_be_switched_off(tiny_model):
 WINO_REL_MAX = {2: 5e-6, 4: 3e-5}
 
 
-@pytest.mark.parametrize("m", sorted(kernels.WINOGRAD_VARIANTS))
+@pytest.mark.parametrize("m", sorted(winograd.VARIANTS))
 def test_winograd_tables_compute_the_correlation(m):
     """The Toom-Cook construction, in float64: A ((G w) * (BT x)) is the correlation of n
     inputs with the 7 taps (relative error <= 1e-12), and BT (the kernel's table) holds
     integers, exact in float32."""
-    wino = kernels.WINOGRAD_VARIANTS[m]
+    wino = winograd.VARIANTS[m]
     rng = np.random.default_rng(m)
     worst = 0.0
     for _ in range(50):
@@ -155,7 +155,7 @@ def test_winograd_tables_compute_the_correlation(m):
     np.testing.assert_allclose(wino.g_pinv @ wino.g, np.eye(wino.k), atol=1e-12)
 
 
-@pytest.mark.parametrize("m", sorted(kernels.WINOGRAD_VARIANTS))
+@pytest.mark.parametrize("m", sorted(winograd.VARIANTS))
 @pytest.mark.parametrize("cin,cout,length,d,with_prev,threads", [
     (3, 5, 17, 1, False, 2), (3, 5, 17, 3, True, 2), (8, 4, 5, 9, True, 2), (8, 4, 5, 9, False, 1),  # split channels
     (32, 64, 10, 9, True, 3), (8, 200, 100, 1, False, 2),
@@ -164,7 +164,7 @@ def test_winograd_tables_compute_the_correlation(m):
 def test_conv_wino_matches_numpy(m, cin, cout, length, d, with_prev, threads, monkeypatch):
     monkeypatch.setattr(kernels, "WINO_CHUNK_BYTES", 4 * 10 * (cin + cout) * 64)  # several blocks per thread
     monkeypatch.setattr(kernels, "WINO_MIN_TILES", 16)
-    wino = kernels.WINOGRAD_VARIANTS[m]
+    wino = winograd.VARIANTS[m]
     rng = np.random.default_rng(cin * length + d)
     w = rng.standard_normal((cout, cin, 7)).astype(np.float32)
     x = rng.standard_normal((cin, length + 3)).astype(np.float32)  # rows strided by 3 extra samples
@@ -192,7 +192,7 @@ def test_conv_wino_refuses_other_weights():
         with pytest.raises(ValueError, match="planes"):
             kernels.conv_wino(ctx, taps, x, 1, [])
         with pytest.raises(ValueError, match="kernel size 7"):
-            kernels.WINOGRAD.weights(np.zeros((3, 4, 4), np.float32))
+            winograd.WINOGRAD.weights(np.zeros((3, 4, 4), np.float32))
     finally:
         ops.lib.ggml_free(ctx)
 
@@ -213,7 +213,7 @@ def test_blas_kernels_do_not_depend_on_thread_count(kernel):
         xt = g.input("x", x)
         short = ops.lib.ggml_view_2d(g.ctx, xt, 100, 16, xt.contents.nb[1], 0)  # split by channels
         if kernel == "conv_wino":
-            ut = g.input("u", kernels.winograd_weights(w))
+            ut = g.input("u", winograd.WINOGRAD.weights(w))
             return {"y": kernels.conv_wino(g.ctx, ut, xt, 3, g.keep), "y_short": kernels.conv_wino(g.ctx, ut, short, 3, g.keep)}
         wt = g.input("w", w)
         return {"y": kernels.conv_taps(g.ctx, wt, xt, 7, 3, g.keep),

@@ -1,0 +1,242 @@
+/* Elementwise and layout kernels: Snake, the fused bias passes, im2col into F16 columns,
+ * the conv-transpose overlap-add. */
+#include "pg_kernels.h"
+
+int pg_tensor_layout(int64_t * offsets) {
+    offsets[0] = offsetof(struct pg_tensor, type);
+    offsets[1] = offsetof(struct pg_tensor, ne);
+    offsets[2] = offsetof(struct pg_tensor, nb);
+    offsets[3] = offsetof(struct pg_tensor, src);
+    offsets[4] = offsetof(struct pg_tensor, data);
+    return 5;
+}
+
+/* y = x + sin(a x)^2 / a over [n] values sharing one alpha */
+static void snake_run(float * restrict y, const float * restrict x, int64_t n, float a) {
+    const float inv = 1.0f / a;
+    for (int64_t i = 0; i < n; i++) {
+        const float s = sinf(a * x[i]);
+        y[i] = x[i] + s * s * inv;
+    }
+}
+
+/* alpha per element of a row (channels-last rows) */
+static void snake_vec(float * restrict y, const float * restrict x, const float * restrict a, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float s = sinf(a[i] * x[i]);
+        y[i] = x[i] + s * s / a[i];
+    }
+}
+
+/* im2col of a 1-D conv, the same output as ggml_im2col (1-D): dst [IC*K, OW] with element
+   (ic*K + k, t) = u[ic, t*s + k*d - p] (0 outside), where u is contiguous F32 x [L, IC] =
+   dst->src[0], or, when dst->src[1] (contiguous F32 [P, IC]) is given, that carried left
+   context followed by x: u = concat(src[1], x) along time, without building u.
+   userdata: int64 {K, s, d, p}. Threads take blocks of output columns t; within a block the
+   reads of one input channel stay in cache and the block of columns stays in L2. dst is
+   F32 (type 0) or F16 (type 1, rounded to nearest even as ggml's F16C conversion does). */
+#define PG_BLOCK 64
+static inline uint16_t pg_to_f16(float v) {
+#if defined(__F16C__)
+    return _cvtss_sh(v, 0);
+#else
+    (void) v;
+    return 0; /* not built: kernels.py refuses F16 without F16C */
+#endif
+}
+
+/* n floats to F16 (round to nearest even), 8 at a time where F16C allows */
+static inline void pg_store_f16(uint16_t * restrict o, const float * restrict v, int64_t n) {
+    int64_t k = 0;
+#if defined(__F16C__) && defined(__AVX__)
+    for (; k + 8 <= n; k += 8)
+        _mm_storeu_si128((__m128i *) (o + k), _mm256_cvtps_ph(_mm256_loadu_ps(v + k), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; k < n; k++) o[k] = pg_to_f16(v[k]);
+}
+
+void pg_im2col(void * dst_, int ith, int nth, void * userdata) {
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * x = dst->src[0];
+    const struct pg_tensor * prev = dst->src[1];
+    const int64_t * prm = userdata;
+    const int64_t K = prm[0], s = prm[1], d = prm[2], p = prm[3];
+    const int64_t L = x->ne[0], IC = x->ne[1], OW = dst->ne[1], row = IC * K;
+    const int64_t P = prev ? prev->ne[0] : 0, U = P + L;
+    const int f16 = dst->type != 0;
+    const float * xs = x->data;
+    const float * ps = prev ? (const float *) prev->data : 0;
+    const int64_t nblocks = (OW + PG_BLOCK - 1) / PG_BLOCK;
+    for (int64_t b = ith; b < nblocks; b += nth) {
+        const int64_t t0 = b * PG_BLOCK, t1 = t0 + PG_BLOCK < OW ? t0 + PG_BLOCK : OW;
+        for (int64_t ic = 0; ic < IC; ic++) {
+            const float * src = xs + ic * L - P;   /* src[j] = x[ic, j - P] for j >= P */
+            const float * pre = ps ? ps + ic * P : 0;
+            for (int64_t t = t0; t < t1; t++) {
+                const int64_t base = t * s - p;
+                const int interior = base >= P && base + (K - 1) * d < U;
+                if (f16) {
+                    uint16_t * o = (uint16_t *) dst->data + t * row + ic * K;
+#if defined(__F16C__) && defined(__AVX2__)
+                    /* 8 wide: values past K land on the next channels' first slots of this
+                       column, which is written after this one (never for the last channel) */
+                    if (K <= 8 && d == 1 && ic * K + 8 <= row && base >= P && base + 7 * d < U) {
+                        const __m256 v = d == 1 ? _mm256_loadu_ps(src + base)
+                                                : _mm256_i32gather_ps(src + base, _mm256_mullo_epi32(
+                                                      _mm256_set1_epi32((int) d), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), 4);
+                        _mm_storeu_si128((__m128i *) o, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+                        continue;
+                    }
+#endif
+                    if (interior) {
+                        for (int64_t k = 0; k < K; k++) o[k] = pg_to_f16(src[base + k * d]);
+                    } else {
+                        for (int64_t k = 0; k < K; k++) {
+                            const int64_t j = base + k * d;
+                            o[k] = pg_to_f16(j < 0 || j >= U ? 0.0f : j < P ? pre[j] : src[j]);
+                        }
+                    }
+                } else {
+                    float * o = (float *) dst->data + t * row + ic * K;
+                    if (interior) {
+                        for (int64_t k = 0; k < K; k++) o[k] = src[base + k * d];
+                    } else {
+                        for (int64_t k = 0; k < K; k++) {
+                            const int64_t j = base + k * d;
+                            o[k] = j < 0 || j >= U ? 0.0f : j < P ? pre[j] : src[j];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The elements [i0, i1) of a contiguous [n0, rows] tensor, as runs within one row: calls
+   fn(i, len, r, c) for each run starting at flat index i, row r, column c. */
+#define PG_RUNS(i0, i1, n0, ...)                                                        \
+    for (int64_t i = (i0); i < (i1);) {                                                  \
+        const int64_t r = i / (n0), c = i - r * (n0);                                   \
+        const int64_t len = ((n0) - c) < ((i1) - i) ? ((n0) - c) : ((i1) - i);           \
+        __VA_ARGS__                                                                      \
+        i += len;                                                                        \
+    }
+
+/* dst = snake(x + b): a conv's bias and the Snake after it in one pass (the same float
+   operations as ggml_add then pg_snake). src0 x: contiguous F32 [n0, rows]; src1 alpha and
+   src2 bias: F32, [n0, 1] (per column: channels-last) or [1, rows] (per row). dst: F32, or
+   F16 (type 1: the input of an F16 conv, so no separate cast). */
+void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
+    (void) userdata;
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * x = dst->src[0], * alpha = dst->src[1], * bias = dst->src[2];
+    const int64_t n0 = x->ne[0], rows = x->ne[1] * x->ne[2] * x->ne[3], total = n0 * rows;
+    int64_t i0, i1;
+    pg_share(total, ith, nth, &i0, &i1);
+    const float * xs = x->data, * al = alpha->data, * bs = bias->data;
+    const int per_row = alpha->ne[0] == 1, f16 = dst->type != 0;
+    float tmp[256];
+    PG_RUNS(i0, i1, n0, {
+        for (int64_t j0 = 0; j0 < len; j0 += 256) {
+            const int64_t m = len - j0 < 256 ? len - j0 : 256;
+            const float * xi = xs + i + j0;
+            float * y = f16 ? tmp : (float *) dst->data + i + j0;
+            if (per_row) {
+                const float a = al[r], b = bs[r], inv = 1.0f / a;
+                for (int64_t k = 0; k < m; k++) {
+                    const float t = xi[k] + b;
+                    const float sn = sinf(a * t);
+                    y[k] = t + sn * sn * inv;
+                }
+            } else {
+                const float * a = al + c + j0, * b = bs + c + j0;
+                for (int64_t k = 0; k < m; k++) {
+                    const float t = xi[k] + b[k];
+                    const float sn = sinf(a[k] * t);
+                    y[k] = t + sn * sn / a[k];
+                }
+            }
+            if (f16) pg_store_f16((uint16_t *) dst->data + i + j0, tmp, m);
+        }
+    })
+}
+
+/* dst = (h + b) + x: a conv's bias and the residual add after it in one pass (the order of
+   ggml_add(ggml_add(h, b), x)). src0 h, src2 x: contiguous F32 [n0, rows]; src1 bias: F32
+   [n0, 1] or [1, rows]. */
+void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
+    (void) userdata;
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * h = dst->src[0], * bias = dst->src[1], * x = dst->src[2];
+    const int64_t n0 = h->ne[0], rows = h->ne[1] * h->ne[2] * h->ne[3], total = n0 * rows;
+    int64_t i0, i1;
+    pg_share(total, ith, nth, &i0, &i1);
+    const float * hs = h->data, * bs = bias->data, * xs = x->data;
+    float * ys = dst->data;
+    const int per_row = bias->ne[0] == 1;
+    PG_RUNS(i0, i1, n0, {
+        if (per_row) {
+            const float b = bs[r];
+            for (int64_t k = 0; k < len; k++) ys[i + k] = (hs[i + k] + b) + xs[i + k];
+        } else {
+            for (int64_t k = 0; k < len; k++) ys[i + k] = (hs[i + k] + bs[c + k]) + xs[i + k];
+        }
+    })
+}
+
+/* Overlap-add of conv-transpose columns (ggml_col2im_1d's layout and values, padding 0):
+ * src0 cols: contiguous F32 ne [K*Cout, T], row oc*K + k of column t; dst: contiguous F32
+ * ne [(T-1)*s + K, Cout], y[oc][t*s + k] += cols[t][oc*K + k]. Threads split the output
+ * channels; time runs outermost, so the columns are read in order and each channel's
+ * output is written as one forward stream. userdata: int64 [2] = K, s. */
+void pg_col2im(void * dst_, int ith, int nth, void * userdata) {
+    const int64_t * p = userdata;
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * cols = dst->src[0];
+    const int64_t kk = p[0], st = p[1];
+    const int64_t lout = dst->ne[0], cout = dst->ne[1], t_in = cols->ne[1], row = cols->ne[0];
+    int64_t o0, o1;
+    pg_share(cout, ith, nth, &o0, &o1);
+    float * y = dst->data;
+    const float * c = cols->data;
+    for (int64_t oc = o0; oc < o1; oc++) memset(y + oc * lout, 0, sizeof(float) * (size_t)lout);
+    for (int64_t t = 0; t < t_in; t++) {
+        const float * ct = c + t * row;
+        for (int64_t oc = o0; oc < o1; oc++) {
+            float * restrict yo = y + oc * lout + t * st;
+            const float * restrict co = ct + oc * kk;
+            for (int64_t k = 0; k < kk; k++) yo[k] += co[k];
+        }
+    }
+}
+
+int pg_has_f16c(void) {
+#if defined(__F16C__)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* dst, x: contiguous F32 [n0, rows]; alpha: F32, [1, rows] (one per row) or [n0, 1] (one per column). */
+void pg_snake(void * dst_, void * x_, void * alpha_, int ith, int nth, void * userdata) {
+    (void) userdata;
+    struct pg_tensor * dst = dst_, * x = x_, * alpha = alpha_;
+    const int64_t n0 = x->ne[0];
+    const int64_t rows = x->ne[1] * x->ne[2] * x->ne[3];
+    const int64_t total = n0 * rows;
+    int64_t i0, i1;
+    pg_share(total, ith, nth, &i0, &i1);
+    const float * xs = x->data;
+    const float * al = alpha->data;
+    float * ys = dst->data;
+    const int per_row = alpha->ne[0] == 1;
+    for (int64_t i = i0; i < i1;) {
+        const int64_t r = i / n0, c = i - r * n0;
+        const int64_t len = (n0 - c) < (i1 - i) ? (n0 - c) : (i1 - i);
+        if (per_row) snake_run(ys + i, xs + i, len, al[r % alpha->ne[1]]);
+        else snake_vec(ys + i, xs + i, al + c, len);
+        i += len;
+    }
+}
+

@@ -1,0 +1,85 @@
+/* Shared by the compiled CPU kernels (built by _kernels_build.py into pyggml_codec._kernels):
+ * the view of struct ggml_tensor they read, thread shares, and the CBLAS sgemm they call. */
+#ifndef PG_KERNELS_H
+#define PG_KERNELS_H
+
+#include <math.h>
+#include <string.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <pthread.h>
+#if defined(__F16C__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+struct pg_tensor {            /* mirrors struct ggml_tensor up to `data` (ggml 0.15.3) */
+    int type;
+    void * buffer;
+    int64_t ne[4];
+    size_t nb[4];
+    int op;
+    int32_t op_params[16];
+    int32_t flags;
+    void * src[10];
+    void * view_src;
+    size_t view_offs;
+    void * data;
+};
+
+/* Thread ith's share [i0, i1) of total elements split evenly over nth threads. */
+static inline void pg_share(int64_t total, int ith, int nth, int64_t * i0, int64_t * i1) {
+    const int64_t per = (total + nth - 1) / nth;
+    *i0 = per * ith < total ? per * ith : total;
+    *i1 = *i0 + per < total ? *i0 + per : total;
+}
+
+/* The CBLAS sgemm found at run time (kernels.py): userdata int64 [3] = its address, the
+ * address of openblas_set_num_threads_local, 1 for a 64-bit-integer interface. */
+typedef void (*pg_sgemm32_t)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t,
+                             const float *, int32_t, float, float *, int32_t);
+typedef void (*pg_sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                             const float *, int64_t, float, float *, int64_t);
+typedef int (*pg_set_threads_t)(int);
+enum { PG_ROW_MAJOR = 101, PG_NO_TRANS = 111, PG_TRANS = 112 };
+
+/* c[rows x cols] = b[rows x k] . op(a) + beta c, row-major; op(a) = a^T ([cols x k]) or a ([k x cols]) */
+static inline void pg_sgemm(const int64_t * p, int trans_a, int64_t rows, int64_t cols, int64_t k, const float * b,
+                     int64_t ldb, const float * a, int64_t lda, float beta, float * c, int64_t ldc) {
+    const int ta = trans_a ? PG_TRANS : PG_NO_TRANS;
+    if (p[2]) ((pg_sgemm64_t)(uintptr_t)p[0])(PG_ROW_MAJOR, PG_NO_TRANS, ta, rows, cols, k, 1.0f,
+                                               b, ldb, a, lda, beta, c, ldc);
+    else ((pg_sgemm32_t)(uintptr_t)p[0])(PG_ROW_MAJOR, PG_NO_TRANS, ta, (int32_t)rows, (int32_t)cols,
+                                         (int32_t)k, 1.0f, b, (int32_t)ldb, a, (int32_t)lda, beta, c,
+                                         (int32_t)ldc);
+}
+
+/* Thread ith's range [i0, i1) of whole blocks of [0, len). The blocks (about len / 16, at
+ * least min_block, at most max_block, multiples of 16) depend on the shape alone, never on
+ * nth: every output element is computed by the same sgemm call whatever the thread count,
+ * so results do not change with it. */
+static inline void pg_blocks(int64_t len, int64_t min_block, int64_t max_block, int ith, int nth, int64_t * i0,
+                      int64_t * i1, int64_t * block) {
+    int64_t b = ((len + 15) / 16 + 15) / 16 * 16;
+    if (b < min_block) b = min_block;
+    if (b > max_block) b = max_block / 16 * 16 > 16 ? max_block / 16 * 16 : 16;
+    const int64_t nb = (len + b - 1) / b;
+    const int64_t b0 = nb * ith / nth, b1 = nb * (ith + 1) / nth;
+    *i0 = b0 * b < len ? b0 * b : len;
+    *i1 = b1 * b < len ? b1 * b : len;
+    *block = b;
+}
+
+/* The functions exported to Python (cffi declares the same). */
+void pg_snake(void * dst, void * x, void * alpha, int ith, int nth, void * userdata);
+void pg_im2col(void * dst, int ith, int nth, void * userdata);
+void pg_bias_snake(void * dst, int ith, int nth, void * userdata);
+void pg_add_bias_residual(void * dst, int ith, int nth, void * userdata);
+void pg_mul_mat_blas(void * dst, int ith, int nth, void * userdata);
+void pg_conv_taps(void * dst, int ith, int nth, void * userdata);
+void pg_conv_wino(void * dst, int ith, int nth, void * userdata);
+void pg_col2im(void * dst, int ith, int nth, void * userdata);
+int pg_has_f16c(void);
+int pg_tensor_layout(int64_t * offsets);
+
+#endif

@@ -1,0 +1,236 @@
+#include "pg_kernels.h"
+
+/* Causal dilated conv by Winograd F(m, K) (no im2col): the same y as pg_conv_taps with
+ * n = m + K - 1 GEMMs per m outputs instead of m K (F(2,7): 8 for 14; F(4,7): 10 for 28).
+ * Tile (b, j) of dilation d holds the outputs t = j + d (m b + i), i < m, j < d; its n
+ * inputs are xpad at j + d (m b - (K - 1) + r), r < n (the causal context: prev or zeros;
+ * past the end: zeros, which only reach outputs past the end, dropped). Per tile:
+ * v = BT . inputs, m_p = U_p . v_p for the n points p (U_p = G_p . W, made on the host:
+ * winograd.Winograd.weights), y_i = sum_p A[i][p] m_p. userdata: int64 [10] = BLAS block (3),
+ * d, block (tile rows of m outputs per thread block), split_below, min_chans, m, n, the
+ * address of the F32 tables BT (n x n) then A (m x n). src0 u: contiguous F32 ne
+ * [Cin, Cout, n]; src1 x: F32 ne [L, Cin] with contiguous rows; src2 (optional) prev: F32
+ * ne [(K - 1) d, Cin], likewise; dst: contiguous F32 ne [L, Cout]. Threads split blocks of
+ * tile rows or, for short signals, the output channels; chosen by shape alone, as in
+ * pg_conv_taps, so results do not depend on the thread count. */
+enum { PG_WINO_MAX_N = 16 };
+
+/* Scratch buffers kept between calls: a fresh multi-MB malloc per call came back as fresh
+ * pages, and clearing them took 15 % of a 64-channel conv's time. Slots are taken under a
+ * lock (graphs may compute in several threads at once) and grown when too small; they
+ * live as long as the process (a few MB per compute thread). */
+#define PG_SCRATCH_SLOTS 64
+static pthread_mutex_t pg_scratch_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { float * data; size_t n; int busy; } pg_scratch[PG_SCRATCH_SLOTS];
+
+static float * scratch_take(size_t n, int * slot) {
+    int pick = -1;
+    pthread_mutex_lock(&pg_scratch_lock);
+    for (int i = 0; i < PG_SCRATCH_SLOTS; i++) {  /* a free slot large enough, else any free one */
+        if (pg_scratch[i].busy) continue;
+        if (pg_scratch[i].n >= n) { pick = i; break; }
+        if (pick < 0) pick = i;
+    }
+    if (pick >= 0) pg_scratch[pick].busy = 1;
+    pthread_mutex_unlock(&pg_scratch_lock);
+    *slot = pick;
+    if (pick < 0) return malloc(sizeof(float) * n);  /* more threads than slots: uncached */
+    if (pg_scratch[pick].n < n) {
+        free(pg_scratch[pick].data);
+        pg_scratch[pick].data = malloc(sizeof(float) * n);
+        pg_scratch[pick].n = pg_scratch[pick].data ? n : 0;
+    }
+    return pg_scratch[pick].data;
+}
+
+static void scratch_give(float * data, int slot) {
+    if (slot < 0) { free(data); return; }
+    pthread_mutex_lock(&pg_scratch_lock);
+    pg_scratch[slot].busy = 0;
+    pthread_mutex_unlock(&pg_scratch_lock);
+}
+
+struct wino {
+    int64_t m, n, kk, d, len, cin, cout;
+    const float * bt, * at;  /* BT n x n, A m x n */
+    const float * x, * prev, * u;
+    int64_t ldx, ldp;
+    float * y;
+    int64_t ldy;
+};
+
+/* v_p[q] = sum_r BT[p][r] e_{r % m}[q + r / m] for q < nb, p < n: 8 tiles at a time with
+ * the n inputs in registers (n and m constant where inlined), the rest one by one. */
+static inline __attribute__((always_inline)) void wino_bt_n(const float * restrict bt, const int64_t n,
+        const int64_t m, const float * restrict e, int64_t ng, int64_t nb, float * restrict v, int64_t plane) {
+    int64_t q = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    for (; q + 8 <= nb; q += 8) {
+        __m256 in[PG_WINO_MAX_N];
+        for (int64_t r = 0; r < n; r++) in[r] = _mm256_loadu_ps(e + (r % m) * ng + r / m + q);
+        for (int64_t p = 0; p < n; p++) {
+            __m256 acc = _mm256_mul_ps(_mm256_set1_ps(bt[p * n]), in[0]);
+            for (int64_t r = 1; r < n; r++) acc = _mm256_fmadd_ps(_mm256_set1_ps(bt[p * n + r]), in[r], acc);
+            _mm256_storeu_ps(v + p * plane + q, acc);
+        }
+    }
+#endif
+    for (; q < nb; q++)
+        for (int64_t p = 0; p < n; p++) {
+            float acc = 0.0f;
+            for (int64_t r = 0; r < n; r++) acc += bt[p * n + r] * e[(r % m) * ng + r / m + q];
+            v[p * plane + q] = acc;
+        }
+}
+
+static void wino_bt(const float * bt, int64_t n, int64_t m, const float * e, int64_t ng, int64_t nb, float * v,
+                    int64_t plane) {
+    if (n == 10 && m == 4) wino_bt_n(bt, 10, 4, e, ng, nb, v, plane);
+    else if (n == 8 && m == 2) wino_bt_n(bt, 8, 2, e, ng, nb, v, plane);
+    else wino_bt_n(bt, n, m, e, ng, nb, v, plane);
+}
+
+/* y[t0 + m d k] (i-th output of tile k) = sum_p A[i][p] m_p[k] for k < nq_i, i < m, where
+ * m_p = mr + p * mplane: 8 tiles at a time with the n products in registers. */
+static inline __attribute__((always_inline)) void wino_at_n(const float * restrict at, const int64_t n,
+        const int64_t m, const float * restrict mr, int64_t mplane, int64_t nb, const int64_t * nq, float * yr,
+        const int64_t * t0, int64_t step) {
+    int64_t q = 0;
+    const int64_t full = nq[m - 1] < nb ? nq[m - 1] : nb;  /* tiles whose m outputs all fall before len */
+#if defined(__AVX2__) && defined(__FMA__)
+    for (; q + 8 <= full; q += 8) {
+        __m256 mv[PG_WINO_MAX_N];
+        for (int64_t p = 0; p < n; p++) mv[p] = _mm256_loadu_ps(mr + p * mplane + q);
+        for (int64_t i = 0; i < m; i++) {
+            __m256 acc = _mm256_mul_ps(_mm256_set1_ps(at[i * n]), mv[0]);
+            for (int64_t p = 1; p < n; p++) acc = _mm256_fmadd_ps(_mm256_set1_ps(at[i * n + p]), mv[p], acc);
+            float out[8];
+            _mm256_storeu_ps(out, acc);
+            float * yo = yr + t0[i] + step * q;
+            for (int k = 0; k < 8; k++) yo[step * k] = out[k];
+        }
+    }
+#endif
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t k = q; k < nq[i]; k++) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < n; p++) acc += at[i * n + p] * mr[p * mplane + k];
+            yr[t0[i] + step * k] = acc;
+        }
+}
+
+static void wino_at(const float * at, int64_t n, int64_t m, const float * mr, int64_t mplane, int64_t nb,
+                    const int64_t * nq, float * yr, const int64_t * t0, int64_t step) {
+    if (n == 10 && m == 4) wino_at_n(at, 10, 4, mr, mplane, nb, nq, yr, t0, step);
+    else if (n == 8 && m == 2) wino_at_n(at, 8, 2, mr, mplane, nb, nq, yr, t0, step);
+    else wino_at_n(at, n, m, mr, mplane, nb, nq, yr, t0, step);
+}
+
+/* Input transform of tile rows [b0, b0 + nb) for every input channel: v[p][ci][j nb + q].
+ * The inputs of channel ci, residue j are first gathered (strided by d) and split by phase:
+ * e_i[q] = xpad(j + d (m (b0 + q) - (K - 1) + i)), so that input r of tile q is
+ * e_{r % m}[q + r / m]. */
+static void wino_input(const struct wino * w, int64_t b0, int64_t nb, float * restrict gbuf, float * restrict v,
+                       int64_t ldv, int64_t plane) {
+    const int64_t m = w->m, n = w->n, d = w->d, ng = nb + (n - 1) / m;
+    for (int64_t ci = 0; ci < w->cin; ci++) {
+        const float * xr = w->x + ci * w->ldx;
+        const float * pr = w->prev ? w->prev + ci * w->ldp : NULL;
+        for (int64_t j = 0; j < d; j++) {
+            const int64_t c0 = j + d * (m * b0 - (w->kk - 1));  /* column of e_0[0] */
+            const int inside = c0 >= 0 && c0 + d * (m * ng - 1) < w->len;
+            for (int64_t i = 0; i < m; i++) {
+                float * restrict e = gbuf + i * ng;
+                if (inside) {
+                    const float * s = xr + c0 + i * d;
+                    for (int64_t q = 0; q < ng; q++) e[q] = s[m * d * q];
+                } else {
+                    for (int64_t q = 0; q < ng; q++) {
+                        const int64_t c = c0 + d * (m * q + i);
+                        e[q] = c < 0 ? (pr ? pr[(w->kk - 1) * d + c] : 0.0f) : (c < w->len ? xr[c] : 0.0f);
+                    }
+                }
+            }
+            wino_bt(w->bt, n, m, gbuf, ng, nb, v + ci * ldv + j * nb, plane);
+        }
+    }
+}
+
+/* Rows [o0, o1) of the tile rows whose transform is v: the n products, then the output
+ * transform straight into y (outputs before len). */
+static void wino_rows(const int64_t * p, const struct wino * w, int64_t b0, int64_t nb, const float * v,
+                      int64_t ldv, int64_t plane, float * restrict mbuf, int64_t mplane, int64_t o0, int64_t o1) {
+    const int64_t m = w->m, n = w->n, d = w->d, nt = nb * d, rows = o1 - o0;
+    for (int64_t q = 0; q < n; q++)
+        pg_sgemm(p, 0, rows, nt, w->cin, w->u + (q * w->cout + o0) * w->cin, w->cin, v + q * plane, ldv, 0.0f,
+                 mbuf + q * mplane, ldv);
+    for (int64_t r = 0; r < rows; r++) {
+        float * yr = w->y + (o0 + r) * w->ldy;
+        for (int64_t j = 0; j < d; j++) {
+            const float * mr = mbuf + r * ldv + j * nb;
+            int64_t t0[PG_WINO_MAX_N], nq[PG_WINO_MAX_N];
+            for (int64_t i = 0; i < m; i++) {
+                t0[i] = j + d * (m * b0 + i);  /* output of tile q: t0 + m d q */
+                const int64_t cnt = t0[i] < w->len ? (w->len - t0[i] + m * d - 1) / (m * d) : 0;
+                nq[i] = cnt < nb ? cnt : nb;
+            }
+            wino_at(w->at, n, m, mr, mplane, nb, nq, yr, t0, m * d);
+        }
+    }
+}
+
+void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
+    const int64_t * p = userdata;
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * u = dst->src[0], * x = dst->src[1], * pv = dst->src[2];
+    const float * tables = (const float *)(uintptr_t)p[9];
+    struct wino w = {
+        .m = p[7], .n = p[8], .kk = p[8] - p[7] + 1, .d = p[3], .len = x->ne[0], .cin = u->ne[0],
+        .cout = u->ne[1], .bt = tables, .at = tables + p[8] * p[8], .x = x->data, .prev = pv ? pv->data : NULL,
+        .u = u->data, .ldx = (int64_t)(x->nb[1] / sizeof(float)),
+        .ldp = pv ? (int64_t)(pv->nb[1] / sizeof(float)) : 0, .y = dst->data, .ldy = dst->ne[0],
+    };
+    const int64_t block_rows = p[4], split_below = p[5], min_chans = p[6];
+    if (w.n > PG_WINO_MAX_N || w.m < 1 || w.kk < 1) return;
+    const int64_t nrows = (w.len + w.m * w.d - 1) / (w.m * w.d);  /* tile rows: m d outputs each */
+    const int by_time = w.len >= split_below;
+    int64_t i0, i1, block;
+    if (by_time) {  /* whole blocks of block_rows tile rows */
+        const int64_t nb = (nrows + block_rows - 1) / block_rows;
+        const int64_t b0 = nb * ith / nth, b1 = nb * (ith + 1) / nth;
+        block = block_rows;
+        i0 = b0 * block < nrows ? b0 * block : nrows;
+        i1 = b1 * block < nrows ? b1 * block : nrows;
+    } else pg_blocks(w.cout, min_chans, w.cout, ith, nth, &i0, &i1, &block);
+    if (i0 >= i1) return;
+    const int64_t nb = by_time ? (block < i1 - i0 ? block : i1 - i0) : nrows;
+    const int64_t nt = nb * w.d, rows = by_time ? w.cout : (block < i1 - i0 ? block : i1 - i0);
+    /* Row strides off multiples of 1 KiB and planes staggered by 128 B: the transform
+     * streams and the GEMM panels would otherwise fall on the same cache sets (measured: a
+     * 64-channel conv at d = 1 took 1.9x the per-tap time, 1.0x with the padding) */
+    int64_t ldv = (nt + 15) / 16 * 16;
+    if (ldv % 256 == 0) ldv += 16;
+    const int64_t ng = nb + (w.n - 1) / w.m;
+    const int64_t plane = w.cin * ldv + 32, mplane = rows * ldv + 32;
+    const size_t floats = (size_t)(w.m * ng + w.n * plane + w.n * mplane);
+    int slot;
+    float * buf = scratch_take(floats, &slot);
+    if (!buf) { scratch_give(buf, slot); return; }  /* out of memory: the output is left unset */
+    float * gbuf = buf, * v = gbuf + w.m * ng, * mbuf = v + w.n * plane;
+    const int prev_threads = ((pg_set_threads_t)(uintptr_t)p[1])(1);
+    if (by_time) {
+        for (int64_t b0 = i0; b0 < i1; b0 += block) {
+            const int64_t cnt = b0 + block < i1 ? block : i1 - b0;
+            wino_input(&w, b0, cnt, gbuf, v, ldv, plane);
+            wino_rows(p, &w, b0, cnt, v, ldv, plane, mbuf, mplane, 0, w.cout);
+        }
+    } else {
+        wino_input(&w, 0, nrows, gbuf, v, ldv, plane);
+        for (int64_t a = i0; a < i1; a += block) {
+            const int64_t b = a + block < i1 ? a + block : i1;
+            wino_rows(p, &w, 0, nrows, v, ldv, plane, mbuf, mplane, a, b);
+        }
+    }
+    ((pg_set_threads_t)(uintptr_t)p[1])(prev_threads);
+    scratch_give(buf, slot);
+}
