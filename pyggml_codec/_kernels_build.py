@@ -17,21 +17,18 @@ import sys
 
 from cffi import FFI
 
-CDEF = """
-void pg_snake(void * dst, void * x, void * alpha, int ith, int nth, void * userdata);
-void pg_im2col(void * dst, int ith, int nth, void * userdata);
-void pg_bias_snake(void * dst, int ith, int nth, void * userdata);
-void pg_add_bias_residual(void * dst, int ith, int nth, void * userdata);
-void pg_mul_mat_blas(void * dst, int ith, int nth, void * userdata);
-void pg_conv_taps(void * dst, int ith, int nth, void * userdata);
-void pg_conv_wino(void * dst, int ith, int nth, void * userdata);
-void pg_col2im(void * dst, int ith, int nth, void * userdata);
-int pg_has_f16c(void);
-int pg_tensor_layout(int64_t * offsets);
-"""
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 C_SOURCES = ["elementwise.c", "blas.c", "winograd.c"]  # in csrc/, with the shared pg_kernels.h
+
+
+def _exports() -> str:
+    """The prototypes between the "cffi exports" markers of pg_kernels.h (declared once, there)."""
+    with open(os.path.join(HERE, "csrc", "pg_kernels.h")) as f:
+        header = f.read()
+    return header.split("/* cffi exports: begin */")[1].split("/* cffi exports: end */")[0]
+
+
+CDEF = _exports()
 
 
 def _relative(path: str) -> str:  # setuptools wants sources relative to the project root (the cwd of a build)

@@ -70,7 +70,8 @@ static inline void pg_blocks(int64_t len, int64_t min_block, int64_t max_block, 
     *block = b;
 }
 
-/* The functions exported to Python (cffi declares the same). */
+/* The functions exported to Python: _kernels_build.py hands this block to cffi's cdef. */
+/* cffi exports: begin */
 void pg_snake(void * dst, void * x, void * alpha, int ith, int nth, void * userdata);
 void pg_im2col(void * dst, int ith, int nth, void * userdata);
 void pg_bias_snake(void * dst, int ith, int nth, void * userdata);
@@ -81,5 +82,6 @@ void pg_conv_wino(void * dst, int ith, int nth, void * userdata);
 void pg_col2im(void * dst, int ith, int nth, void * userdata);
 int pg_has_f16c(void);
 int pg_tensor_layout(int64_t * offsets);
+/* cffi exports: end */
 
 #endif
