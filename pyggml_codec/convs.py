@@ -166,7 +166,7 @@ def conv1d(g: Builder, x_cf: Tensor, w: Tensor, b: Tensor | None, *, stride: int
 def residual_conv(g: Builder, x_cf: Tensor, w: Tensor, dilation: int) -> Tensor:
     """A residual unit's causal dilated conv (stride 1, no bias): CF in, CF out.
 
-    With ``g.conv == "winograd"`` (weights ``[Cin, Cout, 8]``): Winograd F(2,7), with
+    With ``g.conv == "winograd"`` (weights ``[Cin, Cout, n]``): Winograd (winograd.WINOGRAD), with
     ``"taps"`` (weights ``[Cin, Cout, K]``) one GEMM per tap: BLAS GEMMs over the signal in
     place (kernels.py), reading a stream's carried context where causal padding puts zeros.
     Otherwise im2col and one GEMM (``conv1d``), CL out; weights held for those kernels
@@ -199,7 +199,7 @@ def taps_from_winograd(g: Builder, u: Tensor) -> Tensor:
     """Per-tap weights ``[Cin, Cout, K]`` from Winograd's ``[Cin, Cout, n]`` (one product by
     the pseudo-inverse of G; float32 rounding)."""
     cin, cout, n = shape(u)[:3]
-    ut = lib.ggml_cont(g.ctx, lib.ggml_transpose(g.ctx, reshape_2d(g, u, cin * cout, n)))  # [8, Cin*Cout]
+    ut = lib.ggml_cont(g.ctx, lib.ggml_transpose(g.ctx, reshape_2d(g, u, cin * cout, n)))  # [n, Cin*Cout]
     pinv = g.input("winograd.g_pinv", WINOGRAD.g_pinv.astype(np.float32))  # ne [n, K]
     return lib.ggml_reshape_3d(g.ctx, lib.ggml_mul_mat(g.ctx, ut, pinv), cin, cout, WINOGRAD.k)
 

@@ -75,7 +75,7 @@ class Builder:
     attention: str = "full"  # or "blocked": windowed attention in blocks (transformer.py)
     matmul: str = "ggml"  # or "blas": F32 products by the BLAS kernel (CPU backend only)
     conv: str = "im2col"  # residual-unit convs as a BLAS GEMM per tap ("taps") or by Winograd
-    # F(2,7) ("winograd"), over the signal in place (CPU, f32)
+    # F(4,7) ("winograd"), over the signal in place (CPU, f32)
     ru_weights: str = "conv"  # layout of the residual-unit conv weights: "conv", "taps", "winograd"
 
     @property

@@ -282,8 +282,8 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None) -> dict:
         # on the CPU; F16 products stay with ggml.
         "matmul": "blas" if blas else "ggml",
         # The residual units' dilated convs (most of the FLOPs) by BLAS GEMMs over the signal
-        # in place instead of im2col columns: Winograd F(2,7), 8 GEMMs per 2 outputs instead
-        # of 14 ("taps": one per tap); f32 precision only.
+        # in place instead of im2col columns: Winograd F(4,7), 10 GEMMs per 4 outputs instead
+        # of 28 ("taps": one per tap); f32 precision only.
         "conv": "winograd" if blas else "im2col",
     }
     for key, value in (overrides or {}).items():

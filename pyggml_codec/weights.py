@@ -205,7 +205,7 @@ def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, precision: str, 
     if spec.role == "convT" and plan["conv_transpose"] == "col2im":  # (Cin, Cout, K) -> (Cout, K, Cin): ne [Cin, K, Cout]
         return np.ascontiguousarray(data.astype(np.float32).transpose(1, 2, 0))
     layout = ru_layout(plan, precision) if spec.role == "conv_ru" else "conv"
-    if layout != "conv":  # (Cout, Cin, K) -> (K, Cout, Cin) [-> (8, Cout, Cin)]
+    if layout != "conv":  # (Cout, Cin, K) -> (K, Cout, Cin) [-> (n, Cout, Cin)]
         taps = np.ascontiguousarray(data.astype(np.float32).transpose(2, 0, 1))
         return WINOGRAD.weights(taps) if layout == "winograd" else taps
     if spec.role in ("conv", "conv_ru"):
@@ -220,9 +220,10 @@ def backend_layout(spec: TensorSpec, file_type: int, precision: str, plan: dict)
     if spec.role == "convT" and plan["conv_transpose"] == "col2im":
         cin, cout, k = spec.shape
         return 0, (cout, k, cin)
-    if spec.role == "conv_ru" and ru_layout(plan, precision) != "conv":
+    layout = ru_layout(plan, precision) if spec.role == "conv_ru" else "conv"
+    if layout != "conv":
         cout, cin, k = spec.shape
-        return 0, ((WINOGRAD.n if ru_layout(plan, precision) == "winograd" else k), cout, cin)
+        return 0, ((WINOGRAD.n if layout == "winograd" else k), cout, cin)
     f16 = (spec.role in ("conv", "conv_ru") and precision == "s2cpp") or \
         (spec.role == "linear" and precision == "s2cpp" and file_type == 1)
     return (1 if f16 else 0), spec.shape
