@@ -6,6 +6,7 @@ created it: a backend or buffer handed in by a host application is used, never f
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -350,6 +351,11 @@ class WeightBuffer:
             lib.ggml_free(ctx)
 
 
+def blas_single_threaded():
+    """Held around every compute: the BLAS kernels' sgemms must not go threaded (kernels.Blas)."""
+    return kernels.BLAS.single_threaded() if kernels.BLAS is not None else contextlib.nullcontext()
+
+
 class Graph:
     """One built graph: its metadata context, its own allocator, its inputs and outputs.
 
@@ -453,11 +459,12 @@ class Graph:
         """Upload every input (``fresh_inputs`` replace stored ones by name), compute, download."""
         self._upload_inputs(fresh_inputs or {})
         start = time.perf_counter()
-        if self.sched:
-            status = lib.ggml_backend_sched_graph_compute(self.sched, self.gf)
-            lib.ggml_backend_sched_synchronize(self.sched)
-        else:
-            status = lib.ggml_backend_graph_compute(self.backend.handle, self.gf)
+        with blas_single_threaded():
+            if self.sched:
+                status = lib.ggml_backend_sched_graph_compute(self.sched, self.gf)
+                lib.ggml_backend_sched_synchronize(self.sched)
+            else:
+                status = lib.ggml_backend_graph_compute(self.backend.handle, self.gf)
         self.last_compute_s = time.perf_counter() - start
         if status != 0:
             raise GraphError(f"graph compute failed with ggml status {status}")
@@ -477,7 +484,8 @@ class Graph:
             view = lib.ggml_graph_view(self.gf, i, i + 1)
             node = lib.ggml_graph_node(self.gf, i)
             start = time.perf_counter()
-            status = lib.ggml_backend_graph_compute(self.backend.handle, ctypes.byref(view))
+            with blas_single_threaded():
+                status = lib.ggml_backend_graph_compute(self.backend.handle, ctypes.byref(view))
             elapsed = time.perf_counter() - start
             if status != 0:
                 raise GraphError(f"node {i} failed with ggml status {status}")

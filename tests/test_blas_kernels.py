@@ -197,10 +197,7 @@ def test_conv_wino_refuses_other_weights():
         ops.lib.ggml_free(ctx)
 
 
-@pytest.mark.parametrize("kernel", ["mul_mat_blas", "conv_taps", "conv_wino"])
-def test_blas_kernels_do_not_depend_on_thread_count(kernel):
-    """Blocks depend on the shape alone, so 1, 2 and 3 threads give the same bits (as ggml's
-    own mul_mat does): results stay reproducible across machines' thread counts."""
+def _thread_count_build(kernel: str):
     rng = np.random.default_rng(11)
     a = rng.standard_normal((96, 256)).astype(np.float32)
     b = rng.standard_normal((1000, 256)).astype(np.float32)
@@ -218,9 +215,51 @@ def test_blas_kernels_do_not_depend_on_thread_count(kernel):
         wt = g.input("w", w)
         return {"y": kernels.conv_taps(g.ctx, wt, xt, 7, 3, g.keep),
                 "y_short": kernels.conv_taps(g.ctx, wt, short, 7, 3, g.keep)}
+    return build
 
-    outs = [_run(build, t) for t in (1, 2, 3)]
-    for key in outs[0]:
-        diffs = [float(np.abs(outs[0][key] - out[key]).max()) for out in outs[1:]]
-        print(f"{kernel} {key}: max abs difference 1 vs 2 / 3 threads: {diffs}")
-        assert diffs == [0.0, 0.0]
+
+@pytest.mark.parametrize("kernel", ["mul_mat_blas", "conv_taps", "conv_wino"])
+def test_blas_kernels_do_not_depend_on_thread_count(kernel):
+    """Blocks depend on the shape alone and every sgemm runs single-threaded inside OpenBLAS
+    (kernels.Blas), so 1, 2 and 3 threads, each run 4 times in one process, give the same
+    bits (as ggml's own mul_mat does): results stay reproducible across thread counts.
+    Metric: max abs difference against the first 1-thread run; bound 0."""
+    build = _thread_count_build(kernel)
+    outs = [(t, _run(build, t)) for t in (1, 2, 3) for _ in range(4)]
+    for key in outs[0][1]:
+        diffs = {t: max(float(np.abs(outs[0][1][key] - out[key]).max()) for tt, out in outs if tt == t)
+                 for t in (1, 2, 3)}
+        print(f"{kernel} {key}: max abs difference to the first run at 1 / 2 / 3 threads: {diffs}")
+        assert diffs == {1: 0.0, 2: 0.0, 3: 0.0}
+
+
+def test_blas_kernels_do_not_depend_on_thread_count_on_haswell_kernels():
+    """The same, in a child with ``OPENBLAS_CORETYPE=Haswell`` (set, as some machines here set
+    it): on an AVX-512 machine OpenBLAS then runs its Haswell kernels, whose threaded driver
+    gives other bits than a single-threaded call (the defect this guards against, seen as
+    3.8e-5 between 1 and 2 threads). Elsewhere the setting is the machine's own kernel."""
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import test_blas_kernels as t\n"
+        "for kernel in ('mul_mat_blas', 'conv_taps', 'conv_wino'):\n"
+        "    t.test_blas_kernels_do_not_depend_on_thread_count(kernel)\n"
+        "print('OK')\n" % os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, OPENBLAS_CORETYPE="Haswell")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    print(out.stdout[-3000:], out.stderr[-3000:])
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK")
+
+
+def test_blas_thread_count_held_at_one_during_compute_and_restored():
+    """A pthreads OpenBLAS's one process-wide count: 1 while a compute runs (nested holders
+    too), the caller's value again afterwards."""
+    blas = kernels.BLAS
+    if blas.threading != "pthreads":
+        pytest.skip(f"this OpenBLAS keeps its thread count {blas.threading}")
+    before = int(blas._get())
+    with blas.single_threaded():
+        with blas.single_threaded():
+            assert int(blas._get()) == 1
+        assert int(blas._get()) == 1
+    print(f"OpenBLAS threads before {before}, after {int(blas._get())}")
+    assert int(blas._get()) == before

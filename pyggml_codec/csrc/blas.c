@@ -3,7 +3,7 @@
 
 /* ggml_mul_mat through a CBLAS sgemm found at run time (kernels.py: numpy's bundled
  * OpenBLAS, or a library named by PYGGML_CODEC_BLAS). userdata: int64 [3] = the sgemm's
- * address, the address of openblas_set_num_threads_local, 1 for a 64-bit-integer interface.
+ * address, openblas_set_num_threads_local or 0 (pg_blas_enter), 1 for a 64-bit-integer interface.
  * src0 a: F32 ne [K, M, A2, A3], src1 b: F32 ne [K, N, B2, B3] (B2 % A2 == 0, B3 % A3 == 0),
  * both with contiguous rows; dst: contiguous F32 ne [M, N, B2, B3], dst[n][m] = a[m] . b[n].
  * Each ggml thread runs single-threaded sgemms on its blocks of the larger of M and N. */
@@ -19,7 +19,7 @@ void pg_mul_mat_blas(void * dst_, int ith, int nth, void * userdata) {
     int64_t i0, i1, block;
     pg_blocks(len, 16, len, ith, nth, &i0, &i1, &block);
     if (i0 >= i1) return;
-    const int prev = ((pg_set_threads_t)(uintptr_t)p[1])(1);
+    const int prev = pg_blas_enter(p);
     for (int64_t i3 = 0; i3 < b->ne[3]; i3++) {
         for (int64_t i2 = 0; i2 < b->ne[2]; i2++) {
             const float * ap = (const float *)((const char *)a->data + (i2 / r2) * a->nb[2] + (i3 / r3) * a->nb[3]);
@@ -32,7 +32,7 @@ void pg_mul_mat_blas(void * dst_, int ith, int nth, void * userdata) {
             }
         }
     }
-    ((pg_set_threads_t)(uintptr_t)p[1])(prev);
+    pg_blas_leave(p, prev);
 }
 
 /* Causal stride-1 conv of a channels-first signal as one GEMM per tap, through the BLAS
@@ -86,11 +86,11 @@ void pg_conv_taps(void * dst_, int ith, int nth, void * userdata) {
     if (by_time) pg_blocks(len, min_cols, chunk > min_cols ? chunk : min_cols, ith, nth, &i0, &i1, &block);
     else pg_blocks(cout, min_chans, cout, ith, nth, &i0, &i1, &block);
     if (i0 >= i1) return;
-    const int prev_threads = ((pg_set_threads_t)(uintptr_t)p[1])(1);
+    const int prev_threads = pg_blas_enter(p);
     for (int64_t a = i0; a < i1; a += block) {
         const int64_t b = a + block < i1 ? a + block : i1;
         if (by_time) taps_block(p, kk, d, cin, cout, wp, xp, ldx, pp, ldp, yp, ldy, 0, cout, a, b);
         else taps_block(p, kk, d, cin, cout, wp, xp, ldx, pp, ldp, yp, ldy, a, b, 0, len);
     }
-    ((pg_set_threads_t)(uintptr_t)p[1])(prev_threads);
+    pg_blas_leave(p, prev_threads);
 }

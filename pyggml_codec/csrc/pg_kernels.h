@@ -41,6 +41,16 @@ typedef void (*pg_sgemm32_t)(int, int, int, int32_t, int32_t, int32_t, float, co
 typedef void (*pg_sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
                              const float *, int64_t, float, float *, int64_t);
 typedef int (*pg_set_threads_t)(int);
+
+/* Every sgemm must run single-threaded inside OpenBLAS: its threaded driver sums in another
+ * order on some kernels (Haswell's: 2.7e-5 apart on a 96 x 256 . 256 x 64 product), and the
+ * direct AVX-512 path is chosen by the thread count too. p[1] is openblas_set_num_threads_local
+ * where that count is per thread (an OpenMP OpenBLAS), else 0: a pthreads OpenBLAS has one
+ * count for the process (its "_local" setter sets that), which Python holds at 1 around every
+ * compute (kernels.Blas.single_threaded). Setting and restoring it here raced between ggml's
+ * threads: one thread's restore let another's next sgemm run threaded. */
+static inline int pg_blas_enter(const int64_t * p) { return p[1] ? ((pg_set_threads_t)(uintptr_t)p[1])(1) : 0; }
+static inline void pg_blas_leave(const int64_t * p, int prev) { if (p[1]) ((pg_set_threads_t)(uintptr_t)p[1])(prev); }
 enum { PG_ROW_MAJOR = 101, PG_NO_TRANS = 111, PG_TRANS = 112 };
 
 /* c[rows x cols] = b[rows x k] . op(a) + beta c, row-major; op(a) = a^T ([cols x k]) or a ([k x cols]) */

@@ -217,7 +217,7 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     float * buf = scratch_take(floats, &slot);
     if (!buf) { scratch_give(buf, slot); return; }  /* out of memory: the output is left unset */
     float * gbuf = buf, * v = gbuf + w.m * ng, * mbuf = v + w.n * plane;
-    const int prev_threads = ((pg_set_threads_t)(uintptr_t)p[1])(1);
+    const int prev_threads = pg_blas_enter(p);
     if (by_time) {
         for (int64_t b0 = i0; b0 < i1; b0 += block) {
             const int64_t cnt = b0 + block < i1 ? block : i1 - b0;
@@ -231,6 +231,6 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
             wino_rows(p, &w, 0, nrows, v, ldv, plane, mbuf, mplane, a, b);
         }
     }
-    ((pg_set_threads_t)(uintptr_t)p[1])(prev_threads);
+    pg_blas_leave(p, prev_threads);
     scratch_give(buf, slot);
 }
