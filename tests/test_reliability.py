@@ -412,4 +412,4 @@ def test_keyboard_interrupt_during_encode_leaves_codec_usable(tiny_model):
     results = child.run_cases(scripts.INTERRUPT_SCRIPT, str(tiny_model.f32_path), timeout=300)
     print("interrupt runs:", results)
     assert len(results) == 4 and all(r.get("same") for r in results.values()), results
-    assert sum(r["outcome"] == "interrupted" for r in results.values()) >= 3, results
+    assert all(r["outcome"] == "interrupted" for r in results.values()), results
