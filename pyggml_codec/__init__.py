@@ -24,6 +24,7 @@ from .errors import (
     GraphError,
     InputError,
     ModelFileError,
+    PerformanceWarning,
     TensorError,
 )
 from .model import load_model
@@ -35,7 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "load", "Codec", "CodecConfig", "EncodeResult", "available_backends", "devices", "__version__",
     "CodecError", "ModelFileError", "ConfigError", "TensorError", "InputError", "BackendError", "GraphError",
-    "ClosedError", "CodeFileError", "AudioFileError", "DeviceInfo", "StreamDecoder",
+    "ClosedError", "CodeFileError", "AudioFileError", "PerformanceWarning", "DeviceInfo", "StreamDecoder",
 ]
 
 

@@ -7,6 +7,7 @@
     pyggml-codec info MODEL.gguf [--json]
     pyggml-codec convert SRC.pth OUT.gguf | convert --extract MERGED.gguf OUT.gguf
     pyggml-codec backends [--json]
+    pyggml-codec doctor [--json]                            (ggml build, kernels, BLAS)
     pyggml-codec demo                                       (no model needed)
 
 Exit status: 0 success, 1 error (bad or missing file, failed run, any failure in
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from . import __version__
 from .cli import USER_ERRORS, CliError, cmd_decode, cmd_encode, cmd_roundtrip
-from .cli_inspect import cmd_backends, cmd_info
+from .cli_inspect import cmd_backends, cmd_doctor, cmd_info
 from .codec import PAD_POLICIES, PRECISIONS
 from .codefiles import EXTENSIONS as CODE_EXTENSIONS
 from .runtime import BACKEND_NAMES
@@ -131,6 +132,10 @@ def _add_tool_commands(sub, common, backend) -> None:
     be = sub.add_parser("backends", parents=[common], help="list ggml backends and devices")
     be.add_argument("--json", action="store_true", help="machine-readable output")
     be.set_defaults(func=cmd_backends)
+
+    doc = sub.add_parser("doctor", parents=[common], help="what this install runs: ggml build, kernels, BLAS")
+    doc.add_argument("--json", action="store_true", help="machine-readable output")
+    doc.set_defaults(func=cmd_doctor)
 
     from .convert import add_convert_arguments
 

@@ -99,6 +99,34 @@ def has_llamafile() -> bool:
     return bool(lib.ggml_cpu_has_llamafile())
 
 
+class _Feature(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("value", ctypes.c_char_p)]
+
+
+def cpu_features() -> dict[str, str]:
+    """The CPU backend's compiled features (``ggml_backend_get_features``: ISA extensions such
+    as AVX2 / AVX512, LLAMAFILE, OPENMP, REPACK), as ggml reports them; {} if it has none."""
+    reg = lib.ggml_backend_reg_by_name(b"CPU")
+    address = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_get_features") if reg else None
+    if not address:
+        return {}
+    features = ctypes.CFUNCTYPE(ctypes.POINTER(_Feature), ctypes.c_void_p)(address)(reg)
+    out, i = {}, 0
+    while features[i].name:
+        out[features[i].name.decode()] = features[i].value.decode() if features[i].value else ""
+        i += 1
+    return out
+
+
+def binding_version() -> str:
+    """The installed ggml-python's version."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("ggml-python")
+    except PackageNotFoundError:  # pragma: no cover - an uninstalled checkout of the binding
+        return getattr(_binding, "__version__", "unknown")
+
+
 # --------------------------------------------------------------------------- tensor helpers
 
 

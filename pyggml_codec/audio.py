@@ -6,7 +6,7 @@ and multichannel files are averaged to mono, as both upstream and the C++ engine
 
 Two resamplers (S2_CODEC.md section 8.2):
 
-* ``"soxr"`` - libsoxr, high quality (the optional extra ``pyggml_codec[resample]``);
+* ``"soxr"`` - libsoxr, high quality (a dependency: a small wheel);
   close to upstream's windowed-sinc resampling;
 * ``"linear"`` - the C++ engine's linear interpolation, reproduced exactly (see
   :func:`resample_linear`), for bit-level comparisons against that engine.
@@ -53,7 +53,7 @@ def read_audio(path: str | os.PathLike) -> tuple[np.ndarray, int, int]:
 def resample(x: np.ndarray, src: int, dst: int, method: str = "soxr") -> np.ndarray:
     """Resample mono ``x`` ``(n,)`` from ``src`` Hz to ``dst`` Hz; float32 out.
 
-    ``method="soxr"`` (high quality; needs ``pip install pyggml_codec[resample]``) or
+    ``method="soxr"`` (high quality, the default) or
     ``"linear"`` (the C++ engine's interpolation, exact). Equal rates return a float32 copy.
     """
     if method not in RESAMPLE_METHODS:
@@ -75,7 +75,8 @@ def _soxr():
         import soxr
     except ImportError as exc:
         raise ImportError(
-            "resampling with method='soxr' needs the soxr package: pip install 'pyggml_codec[resample]' "
+            "resampling with method='soxr' needs the soxr package, a dependency of pyggml_codec that is "
+            "missing here: pip install soxr "
             "(or use method='linear', the C++ engine's interpolation)"
         ) from exc
     return soxr

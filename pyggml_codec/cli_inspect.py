@@ -1,4 +1,4 @@
-"""The inspection commands of the CLI: ``info`` (what a GGUF holds) and ``backends``.
+"""The inspection commands of the CLI: ``info`` (what a GGUF holds), ``backends`` and ``doctor``.
 
 Neither loads weights onto a backend: ``info`` reads the metadata and tensor table only.
 """
@@ -16,6 +16,7 @@ from .config import CodecConfig
 from .errors import ModelFileError
 from .gguf_file import ModelFile
 from .model import codec_prefix
+from .buildinfo import build_info, format_build_info
 from .runtime import available_backends, devices
 from .weights import PARTS, check_tensors, expected_tensors, ffn_width_reader
 
@@ -109,11 +110,22 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_backends(args: argparse.Namespace) -> int:
     devs = [dataclasses.asdict(d) for d in devices()]
     names = available_backends()
+    build = build_info()
     if args.json:
-        print(json.dumps({"backends": names, "devices": devs}, indent=2))
+        print(json.dumps({"backends": names, "devices": devs, "build": build}, indent=2))
         return 0
+    print(f"ggml {build['ggml']} (ggml-python {build['ggml_python']}): llamafile "
+          f"{'on' if build['llamafile'] else 'off'}, CPU kernels {'on' if build['kernels']['compiled'] else 'OFF'}, "
+          f"BLAS {'on' if 'path' in build['blas'] else 'OFF'} (details: pyggml-codec doctor)")
     print("backends: " + ", ".join(names))
     for d in devs:
         memory = f"{d['memory_free'] / 2**30:.1f} GiB free of {d['memory_total'] / 2**30:.1f} GiB"
         print(f"  [{d['index']}] {d['backend']:<7} {d['kind']:<5} {d['name']}: {d['description']} ({memory})")
     return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """``doctor``: what this install runs (ggml build, kernels, BLAS); 1 when it warns."""
+    info = build_info()
+    print(json.dumps(info, indent=2) if args.json else format_build_info(info))
+    return 1 if info["warnings"] else 0

@@ -45,3 +45,8 @@ class CodeFileError(CodecError, ValueError):
 
 class AudioFileError(CodecError, ValueError):
     """An audio file cannot be decoded (unknown format, corrupt data, no samples)."""
+
+
+class PerformanceWarning(UserWarning):
+    """The CPU runs a slower path than this install should give (compiled kernels or the BLAS
+    missing); the message names the reason and the fix."""

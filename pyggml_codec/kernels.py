@@ -176,6 +176,18 @@ class Blas:
         self._get, self._set = get_threads, set_threads
         self._lock = threading_module.Lock()
         self._depth, self._saved = 0, 1
+        self._about: dict = {}  # "config" / "corename" -> openblas_get_<what>
+
+    def describe(self) -> dict:
+        """What the library says of itself: config line (version, ILP64, build) and the kernel
+        OpenBLAS chose for this CPU (``OPENBLAS_CORETYPE`` overrides it)."""
+        info = {"path": self.path, "sgemm": self.sgemm, "ilp64": self.ilp64, "threading": self.threading}
+        for key, fn in self._about.items():
+            try:
+                info[key] = fn().decode(errors="replace").strip()
+            except (OSError, AttributeError):  # pragma: no cover - an odd library
+                info[key] = None
+        return info
 
     def __repr__(self) -> str:
         return f"Blas({self.path!r}, {self.sgemm}, {'ILP64' if self.ilp64 else 'LP64'}, {self.threading})"
@@ -246,9 +258,14 @@ def _open_blas(path: str) -> tuple[Blas | None, str]:
     per_thread = ctypes.cast(getattr(dll, local), ctypes.c_void_p).value if threading == "openmp" else 0
     sgemm = ctypes.cast(getattr(dll, name), ctypes.c_void_p).value
     params = np.array([sgemm, per_thread, int(ilp64)], dtype=np.int64)
-    if threading == "pthreads":
-        return Blas(path, name, ilp64, params, threading, get_threads, set_threads), ""
-    return Blas(path, name, ilp64, params, threading), ""
+    blas = (Blas(path, name, ilp64, params, threading, get_threads, set_threads) if threading == "pthreads"
+            else Blas(path, name, ilp64, params, threading))
+    for what in ("config", "corename"):
+        fn = _symbol(dll, f"get_{what}")
+        if fn is not None:
+            fn.restype = ctypes.c_char_p
+            blas._about[what] = fn
+    return blas, ""
 
 
 def _find_blas() -> tuple[Blas | None, str]:
@@ -269,6 +286,32 @@ def _find_blas() -> tuple[Blas | None, str]:
 BLAS, BLAS_UNAVAILABLE_REASON = _find_blas()
 if BLAS is None:
     log.info("BLAS matrix products unavailable: %s; using ggml's mul_mat", BLAS_UNAVAILABLE_REASON)
+
+
+def _source_tree() -> str | None:
+    """The checkout this package was imported from, if it was (a pyproject.toml beside it)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return root if os.path.exists(os.path.join(root, "pyproject.toml")) else None
+
+
+def slow_path_reason(blas: bool = True) -> str | None:
+    """Why the CPU would run plain ggml ops (about 2.5x slower) or ggml's F32 products, with
+    the fix; None when the compiled kernels and the BLAS are both in use, or the BLAS was
+    switched off on purpose (``PYGGML_CODEC_BLAS=off``)."""
+    if not AVAILABLE:
+        tree = _source_tree()
+        if tree is not None and "not built" in (UNAVAILABLE_REASON or ""):
+            fix = (f"pyggml_codec was imported from the source tree {tree}, which has no compiled kernels: "
+                   f"run `pip install -e .` there (it builds them in place), or run from outside the "
+                   f"checkout to use the installed copy")
+        else:
+            fix = "reinstall pyggml_codec with a C compiler present (pip install --force-reinstall --no-deps .)"
+        return f"compiled CPU kernels unavailable ({UNAVAILABLE_REASON}); the CPU runs plain ggml ops, about 2.5x slower. Fix: {fix}"
+    if blas and BLAS is None and not BLAS_UNAVAILABLE_REASON.startswith("disabled by"):
+        return (f"BLAS matrix products unavailable ({BLAS_UNAVAILABLE_REASON}); F32 products and convs run "
+                f"on ggml's kernels, about 2x slower. Fix: install numpy from its wheels (they bundle "
+                f"OpenBLAS >= 0.3.27) or point {BLAS_ENV} at such a library")
+    return None
 
 
 BLAS_MIN_SIDE = 16  # a product with fewer rows or columns (a streamed transformer's one token)

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _ggml, kernels
 from ._ggml import lib
-from .errors import BackendError, GraphError
+from .errors import BackendError, GraphError, PerformanceWarning
 
 log = logging.getLogger("pyggml_codec")
 
@@ -306,7 +306,16 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None) -> dict:
             plan[key] = plain
     if plan["conv_transpose"] == "ggml" and not support["conv_transpose_1d"]:
         raise BackendError(f"backend {backend.name} supports neither COL2IM_1D nor CONV_TRANSPOSE_1D")
+    if backend.is_cpu and plan["kernels"]:  # kernels=False, or a plain matmul, is the user's choice
+        warn_slow_path(blas=not {"matmul", "conv"} & set(overrides or {}))
     return plan
+
+
+def warn_slow_path(blas: bool = True) -> None:
+    """A PerformanceWarning when the CPU would run the slow path unasked."""
+    reason = kernels.slow_path_reason(blas)
+    if reason:
+        warnings.warn(reason, PerformanceWarning, stacklevel=4)
 
 
 # --------------------------------------------------------------------------- contexts and buffers

@@ -2,7 +2,8 @@
 # Create the virtual environment with pyggml_codec and its test extra, and fetch the
 # reference wheels. Sourced by test.sh and bench.sh.
 # Environment: PYGGML_VENV (default .venv), TORCH_SPEC (default torch==2.13.0, a CPU build),
-# CMAKE_ARGS (default -DGGML_LLAMAFILE=ON: ggml's fast CPU matmuls; add -DGGML_CUDA=on etc.).
+# CMAKE_ARGS (default -DGGML_LLAMAFILE=ON: ggml's fast CPU matmuls; add -DGGML_CUDA=on etc.; a cached
+# ggml-python wheel that lacks what was asked is rebuilt).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VENV="${PYGGML_VENV:-.venv}"
@@ -10,9 +11,27 @@ python3 -m venv "$VENV"
 . "$VENV/bin/activate"
 python -m pip install -q --upgrade pip
 python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
-CMAKE_ARGS="${CMAKE_ARGS:--DGGML_LLAMAFILE=ON}" python -m pip install -q -e ".[test]"
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_LLAMAFILE=ON}"
+python -m pip install -q -e ".[test]"
+# pip reuses a ggml-python wheel from its cache without a word, and CMAKE_ARGS is then ignored:
+# rebuild when the build lacks what was asked (llamafile) or an ISA extension this machine has.
+if ! python - <<'PY'
+import os, sys
+from pyggml_codec import _ggml, buildinfo
+want_llamafile = "-DGGML_LLAMAFILE=ON" in os.environ.get("CMAKE_ARGS", "")
+info = buildinfo.build_info()
+stale = (want_llamafile and not info["llamafile"]) or info["machine_isa_unused_by_build"]
+if stale:
+    print(f"ggml-python from pip's cache does not match this machine or CMAKE_ARGS "
+          f"(llamafile {info['llamafile']}, unused ISA {info['machine_isa_unused_by_build']}): rebuilding")
+sys.exit(1 if stale else 0)
+PY
+then
+    GGML_PY="ggml-python==$(python -c 'from pyggml_codec import _ggml; print(_ggml.binding_version())')"
+    python -m pip install -q --no-cache-dir --force-reinstall --no-deps "$GGML_PY"
+fi
 # The independent reference: upstream's PyTorch codec from three PyPI wheels, never installed.
 python -m pip download -q --no-deps -d .oracle_wheels \
     fish-speech==0.1.0 descript-audio-codec==1.0.0 descript-audiotools==0.7.2
 export PYGGML_ORACLE_WHEELS="$PWD/.oracle_wheels"
-python -c "import pyggml_codec as p; print('pyggml_codec', p.__version__, '| ggml', p._ggml.ggml_version(), '| llamafile', p._ggml.has_llamafile(), '| CPU kernels', p.kernels.AVAILABLE, '| BLAS', p.kernels.BLAS.path if p.kernels.BLAS else p.kernels.BLAS_UNAVAILABLE_REASON)"
+pyggml-codec doctor || true  # what the build runs (ggml, llamafile, ISA, kernels, BLAS); warnings are shown, not fatal

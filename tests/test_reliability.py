@@ -90,7 +90,9 @@ def test_absurd_sizes_are_refused_in_bounded_memory_and_time(template, tiny_mode
         r = results[c.id]
         assert r["raised"] and c.error.__name__ in r["mro"], f"{c.id}: {r}"
         assert re.search(c.match, r["message"]), f"{c.id}: {r['message']!r} lacks {c.match!r}"
-        assert r["peak_mb"] < 8 and r["seconds"] < 5, f"{c.id}: {r['peak_mb']:.1f} MB, {r['seconds']:.2f} s"
+        # memory is the real bound; the time bound only catches a loop sized by the absurd count
+        # (minutes), so it is far above a refusal's milliseconds even on a loaded machine
+        assert r["peak_mb"] < 8 and r["seconds"] < 30, f"{c.id}: {r['peak_mb']:.1f} MB, {r['seconds']:.2f} s"
     print("peak traced MB per case:", {c.id: round(results[c.id]["peak_mb"], 2) for c in cases})
     assert results["rss"]["growth_mb"] < 64, results["rss"]
 

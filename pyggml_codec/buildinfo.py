@@ -1,0 +1,88 @@
+"""What this install actually runs: the ggml build (version, compiled CPU features such as the
+ISA, llamafile and OpenMP), this project's compiled kernels and the BLAS they call, and
+where the package was imported from. ``pyggml-codec doctor`` prints it.
+
+pip reuses a cached ggml-python wheel without a word, so ``CMAKE_ARGS`` given at install
+time may not be what the build has; this report is the only reliable answer.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+from . import _ggml, kernels
+
+# ggml's feature names for the x86 ISA extensions, and the /proc/cpuinfo flag of each
+_ISA_FLAGS = {"AVX": "avx", "AVX2": "avx2", "F16C": "f16c", "FMA": "fma", "AVX512": "avx512f"}  # the ones
+# ggml's F16/F32 dot products and conversions are compiled for; a build without one runs slower
+REBUILD = ('CMAKE_ARGS="-DGGML_LLAMAFILE=ON" pip install --no-cache-dir --force-reinstall --no-deps '
+           'ggml-python=={version}')
+
+
+def machine_flags() -> set[str] | None:
+    """The CPU flags Linux reports for this machine, or None where there is no /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        return None
+    return set()
+
+
+def build_info() -> dict:
+    """The report as a dict (``doctor --json``)."""
+    features = _ggml.cpu_features()
+    enabled = sorted(name for name, value in features.items() if value not in ("", "0"))
+    flags = machine_flags()
+    unused = sorted(name for name, flag in _ISA_FLAGS.items() if flags and flag in flags and name not in enabled)
+    package = os.path.dirname(os.path.abspath(__file__))
+    info = {
+        "python": platform.python_version(),
+        "package": package,
+        "source_tree": kernels._source_tree() is not None,
+        "ggml": _ggml.ggml_version(),
+        "ggml_python": _ggml.binding_version(),
+        "cpu_features": enabled,
+        "llamafile": _ggml.has_llamafile(),
+        "openmp": "OPENMP" in enabled,
+        "machine_isa_unused_by_build": unused,
+        "kernels": {"compiled": kernels.AVAILABLE, "reason": kernels.UNAVAILABLE_REASON},
+        "blas": kernels.BLAS.describe() if kernels.BLAS is not None else {"reason": kernels.BLAS_UNAVAILABLE_REASON},
+        "warnings": [],
+    }
+    slow = kernels.slow_path_reason()
+    if slow:
+        info["warnings"].append(slow)
+    if unused:
+        info["warnings"].append(
+            f"this machine has {', '.join(unused)} but the ggml build does not use it (a wheel built "
+            f"elsewhere, e.g. from pip's cache); rebuild: {REBUILD.format(version=info['ggml_python'])}")
+    return info
+
+
+def format_build_info(info: dict) -> str:
+    blas = info["blas"]
+    if "path" in blas:
+        blas_line = (f"{blas.get('config') or blas['path']} (kernel {blas.get('corename')}, "
+                     f"{blas['threading']}) at {blas['path']}")
+    else:
+        blas_line = f"unavailable: {blas['reason']}"
+    kern = info["kernels"]
+    lines = [
+        f"python          {info['python']}",
+        f"pyggml_codec    {info['package']}{' (a source tree)' if info['source_tree'] else ''}",
+        f"ggml            {info['ggml']} (ggml-python {info['ggml_python']})",
+        f"CPU features    {' '.join(info['cpu_features']) or 'none reported'}",
+        f"llamafile       {'on' if info['llamafile'] else 'off'}",
+        f"OpenMP          {'on' if info['openmp'] else 'off'}",
+        f"CPU kernels     {'compiled, in use on the CPU' if kern['compiled'] else 'unavailable: ' + str(kern['reason'])}",
+        f"BLAS            {blas_line}",
+    ]
+    lines += [f"warning: {w}" for w in info["warnings"]]
+    if not info["warnings"]:
+        lines.append("ok: the CPU runs the compiled kernels and the BLAS")
+    lines.append(f"to rebuild ggml-python with other flags: {REBUILD.format(version=info['ggml_python'])}")
+    return "\n".join(lines)

@@ -1,0 +1,104 @@
+"""What an install runs, made visible: ``doctor``, and the warning a user gets when the CPU
+would run the slow path (a source tree without the compiled kernels)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pyggml_codec
+from pyggml_codec import _ggml, buildinfo, kernels
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _cli(*argv: str, cwd: Path = REPO, pythonpath: str | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    return subprocess.run([sys.executable, "-m", "pyggml_codec", *argv], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=120)
+
+
+def test_doctor_reports_the_build_it_runs():
+    out = _cli("doctor", "--json")
+    info = json.loads(out.stdout)
+    print(json.dumps(info, indent=2))
+    assert info["ggml"] == _ggml.ggml_version() and info["ggml_python"] == _ggml.binding_version()
+    assert info["llamafile"] == _ggml.has_llamafile()
+    assert ("LLAMAFILE" in info["cpu_features"]) == info["llamafile"]
+    assert info["kernels"]["compiled"] == kernels.AVAILABLE
+    assert ("path" in info["blas"]) == (kernels.BLAS is not None)
+    if kernels.BLAS is not None:
+        assert info["blas"]["corename"] and info["blas"]["threading"] in ("pthreads", "openmp", "sequential")
+    assert out.returncode == (1 if info["warnings"] else 0)
+    text = _cli("doctor")
+    assert f"ggml            {info['ggml']}" in text.stdout and "--force-reinstall" in text.stdout
+
+
+def test_doctor_names_the_openblas_kernel_choice():
+    """OPENBLAS_CORETYPE changes OpenBLAS's kernel; the report says which one runs."""
+    if kernels.BLAS is None:
+        pytest.skip(f"no BLAS: {kernels.BLAS_UNAVAILABLE_REASON}")
+    env_core = os.environ.get("OPENBLAS_CORETYPE")
+    info = json.loads(_cli("doctor", "--json").stdout)
+    print("OpenBLAS kernel:", info["blas"]["corename"], "| OPENBLAS_CORETYPE:", env_core)
+    if env_core:
+        assert info["blas"]["corename"].lower() == env_core.lower()
+
+
+def test_backends_prints_the_build_line():
+    out = _cli("backends")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"ggml {_ggml.ggml_version()}") and "llamafile" in out.stdout
+
+
+def test_a_source_tree_without_kernels_warns_with_the_fix(tiny_model, tmp_path):
+    """Importing a checkout that has no compiled kernels (a plain ``pip install .`` then a run
+    from the checkout) must not be silently 2.5x slower: load() warns, naming the fix."""
+    tree = tmp_path / "checkout"
+    shutil.copytree(REPO / "pyggml_codec", tree / "pyggml_codec",
+                    ignore=shutil.ignore_patterns("_kernels*.so", "_kernels*.pyd", "__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tree / "pyproject.toml")
+    script = (  # an editable install's finder would supply the kernels of this repository: drop it
+        "import sys, warnings\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if 'Editable' not in getattr(f, '__name__', type(f).__name__)]\n"
+        "import pyggml_codec\n"
+        "assert pyggml_codec.__file__.startswith(%r), pyggml_codec.__file__\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    pyggml_codec.load(%r, 'cpu', n_threads=1).close()\n"
+        "print([(w.category.__name__, str(w.message)) for w in caught])\n" % (str(tree), str(tiny_model.f32_path)))
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tree, env=env, timeout=120)
+    print(out.stdout, out.stderr[-2000:])
+    assert out.returncode == 0
+    assert "PerformanceWarning" in out.stdout and "pip install -e ." in out.stdout and str(tree) in out.stdout
+    doctor_script = script.split("import pyggml_codec\n")[0] + "from pyggml_codec.__main__ import main\nsys.exit(main(['doctor']))\n"
+    doctor = subprocess.run([sys.executable, "-c", doctor_script], capture_output=True, text=True, cwd=tree, env=env,
+                            timeout=120)
+    print(doctor.stdout)
+    assert doctor.returncode == 1 and "warning: compiled CPU kernels unavailable" in doctor.stdout
+
+
+def test_no_performance_warning_on_a_full_install(tiny_model, recwarn):
+    if kernels.slow_path_reason() is not None:
+        pytest.skip(f"this install runs the slow path: {kernels.slow_path_reason()}")
+    pyggml_codec.load(tiny_model.f32_path, "cpu", n_threads=1).close()
+    assert not [w for w in recwarn if issubclass(w.category, pyggml_codec.PerformanceWarning)]
+
+
+def test_machine_isa_the_build_lacks_is_reported(monkeypatch):
+    """A ggml wheel built on an older machine (pip's cache) runs without AVX-512 on a newer
+    one: doctor says so and gives the rebuild line."""
+    monkeypatch.setattr(buildinfo, "machine_flags", lambda: {"avx2", "avx512f"})
+    monkeypatch.setattr(_ggml, "cpu_features", lambda: {"AVX2": "1", "LLAMAFILE": "1"})
+    info = buildinfo.build_info()
+    assert info["machine_isa_unused_by_build"] == ["AVX512"]
+    assert any("--no-cache-dir --force-reinstall" in w for w in info["warnings"])
