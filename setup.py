@@ -2,4 +2,4 @@
 
 from setuptools import setup
 
-setup(cffi_modules=["pyggml_codec/_kernels_build.py:ffibuilder"])
+setup(cffi_modules=["pyggml_codec/backend/_kernels_build.py:ffibuilder"])

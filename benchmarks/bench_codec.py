@@ -320,7 +320,7 @@ def main(argv=None) -> int:
                 rss[key] = measure_rss(engine, paths["f16"], float(seconds), mode)
                 print(f"peak RSS {key}: {rss[key]:.0f} MB", flush=True)
     blas = pyggml_codec.kernels.BLAS
-    machine = (f"{os.cpu_count()} cores, {os.uname().machine}, llamafile={pyggml_codec._ggml.has_llamafile()}, "
+    machine = (f"{os.cpu_count()} cores, {os.uname().machine}, llamafile={pyggml_codec.backend.binding.has_llamafile()}, "
                f"blas={os.path.basename(blas.path) if blas else 'none'}")
     report = {"machine": machine, "rows": rows, "peak_rss_mb": rss}
     (args.out / "bench.json").write_text(json.dumps(report, indent=2))

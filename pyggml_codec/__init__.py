@@ -4,16 +4,19 @@
     >>> with pyggml_codec.load("s2-pro-codec.gguf") as codec:   # doctest: +SKIP
     ...     codes = codec.encode(audio)       # (10, T) int32
     ...     wave = codec.decode(codes)        # (T * 2048,) float32
+
+The package's folders are its layers (docs/ARCHITECTURE.md): ``cli`` -> ``tools`` / ``codec``,
+``streaming`` -> ``graphs`` -> ``model`` -> ``backend``; ``io`` holds the file formats.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
-from typing import Any, Iterable, Mapping
+import sys as _sys
 
-from .codec import Codec, EncodeResult
-from .config import CodecConfig
+from ._version import __version__
+from .api import load
+from .backend.runtime import DeviceInfo, available_backends, devices
+from .codec import Codec
 from .errors import (
     AudioFileError,
     BackendError,
@@ -27,11 +30,9 @@ from .errors import (
     PerformanceWarning,
     TensorError,
 )
-from .model import load_model
+from .inputs import EncodeResult
+from .model.config import CodecConfig
 from .streaming import StreamDecoder
-from .runtime import Backend, DeviceInfo, available_backends, default_threads, devices, set_cpu_ops, start_backend
-
-__version__ = "0.1.0"
 
 __all__ = [
     "load", "Codec", "CodecConfig", "EncodeResult", "available_backends", "devices", "__version__",
@@ -39,71 +40,52 @@ __all__ = [
     "ClosedError", "CodeFileError", "AudioFileError", "PerformanceWarning", "DeviceInfo", "StreamDecoder",
 ]
 
+# The flat module paths of 0.1 (pyggml_codec.audio, .codefiles, .kernels, ...) still import: each
+# names the module that now holds its code, the same module object.
+_MOVED = {
+    "audio": "io.audio", "codefiles": "io.codefiles", "diagnostics": "io.dumps", "compare": "tools.compare",
+    "bench": "tools.bench", "demo": "tools.demo", "convert": "model.convert", "config": "model.config",
+    "gguf_file": "model.gguf_file", "weights": "model.weights", "model": "model.loader", "kernels": "backend.kernels",
+    "runtime": "backend.runtime", "winograd": "backend.winograd", "ops": "graphs.ops", "convs": "graphs.convs",
+    "transformer": "graphs.transformer", "seanet": "graphs.seanet", "quantizer": "graphs.quantizer",
+}
 
-def load(
-    source: str | os.PathLike | Any,
-    backend: str | int = "auto",
-    device: int = 0,
-    n_threads: int | None = None,
-    *,
-    precision: str = "f32",
-    parts: str = "all",
-    strict_backend: bool = False,
-    decode_path: str = "auto",
-    host_tensors: Mapping[str, Any] | None = None,
-    lowerings: dict | None = None,
-    cpu_ops: Iterable[str] | None = None,
-) -> Codec:
-    """Load an S2 codec from a GGUF file onto a ggml backend.
 
-    ``source``: a path to a ``fish-speech`` (merged, ``c.``-prefixed) or
-    ``fish-speech-codec`` GGUF file, or an open ``gguf.GGUFReader`` the host already has.
-    ``backend``: "auto" (a GPU if this ggml build has one, else CPU), "cpu", "cuda",
-    "metal", "vulkan", or a ggml backend handle the host created (used, never freed).
-    An unavailable backend falls back to CPU with a ``RuntimeWarning`` (recorded in
-    ``codec.fallback_reason``); ``strict_backend=True`` raises :class:`BackendError`.
-    ``precision``: "f32" (default: F32 weights and convs, exact to ~1e-6, the reference
-    for comparisons) or "s2cpp" (F16 conv inputs and weights, as the C++ engine computes;
-    half the weight memory of an F16 file). ``parts``: "all", "encode" or "decode" (only
-    the tensors that direction needs). ``n_threads`` defaults to the usable cores.
+def __getattr__(name: str):
+    """``pyggml_codec.audio`` and the other moved modules, imported on first use."""
+    if name in _MOVED:
+        import importlib
 
-    Embedding (sharing with a host application that already holds the model):
-    ``host_tensors`` maps file tensor names (e.g. ``"c.decoder.model.0.conv.weight"``) to
-    ggml tensors the host allocated on ``backend``; each whose type and shape match what
-    this codec needs is used in place, the rest are copied into the codec's own buffer
-    (``codec.shared_tensors`` lists the shared ones). Ownership: the codec frees only what
-    it created (its graphs, its weight buffer, a backend it started); the host's backend,
-    buffers and tensors must outlive ``codec.close()`` and are never freed by it.
+        return importlib.import_module(f"{__name__}.{_MOVED[name]}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    ``lowerings`` overrides the per-backend choice of graph lowerings (``codec.plan``):
-    ``mask`` ("diag_mask_inf"/"explicit"), ``conv_transpose`` ("col2im"/"ggml"),
-    ``left_pad`` ("pad_ext"/"concat"), ``kernels`` (True/False: compiled CPU kernels),
-    ``attention`` ("blocked": window attention in query blocks, the CPU default; "full"),
-    ``matmul`` ("blas": F32 products by the OpenBLAS numpy ships, the CPU default where it is
-    found; "ggml"), ``conv`` ("winograd": the residual units' dilated convs by Winograd F(4,7),
-    10 BLAS GEMMs per 4 outputs, in "f32" precision, the CPU default with the BLAS; "taps":
-    one BLAS GEMM per tap, the smallest rounding error; "im2col").
 
-    Ops the backend rejects (``ggml_backend_supports_op``) run on the CPU through
-    ``ggml_backend_sched``, with a ``RuntimeWarning`` naming them (``codec.lowerings["cpu_ops"]``).
-    ``cpu_ops`` (ggml op names such as ``{"COL2IM_1D"}``) pins more ops to the CPU that way,
-    to bisect a backend's op against the CPU's.
-    """
-    if precision not in ("f32", "s2cpp"):
-        raise ValueError(f"precision must be 'f32' or 's2cpp', got {precision!r}")
-    if n_threads is not None and int(n_threads) < 1:
-        raise ValueError(f"n_threads must be >= 1, got {n_threads}")
-    if isinstance(backend, ctypes.c_void_p):
-        backend = backend.value or 0
-    if isinstance(backend, int) and not isinstance(backend, bool):
-        handle = Backend.wrap(backend)
-    else:
-        handle = start_backend(str(backend), device, strict_backend)
-    handle.set_threads(n_threads or default_threads())
-    try:
-        set_cpu_ops(handle, cpu_ops)
-    except ValueError:
-        handle.free()
-        raise
-    model = load_model(source, handle, parts, precision, host_tensors, lowerings)
-    return Codec(model, precision, decode_path)
+class _MovedModules:
+    """A meta-path finder for ``import pyggml_codec.audio`` (and the rest of ``_MOVED``)."""
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):
+        prefix, _, name = fullname.rpartition(".")
+        if prefix != __name__ or name not in _MOVED:
+            return None
+        import importlib
+        import importlib.util
+
+        module = importlib.import_module(f"{__name__}.{_MOVED[name]}")
+        return importlib.util.spec_from_loader(fullname, _AlreadyLoaded(module))
+
+
+class _AlreadyLoaded:
+    """Hands the import system the module already imported under its new name."""
+
+    def __init__(self, module):
+        self.module, self.spec = module, module.__spec__
+
+    def create_module(self, spec):
+        return self.module
+
+    def exec_module(self, module):
+        module.__spec__ = self.spec  # the import system set the alias's spec on it
+
+
+_sys.meta_path.append(_MovedModules())

@@ -1,13 +1,9 @@
-"""The Codec: loading, encode/decode orchestration, graph caches and fallbacks.
+"""The Codec: encode/decode orchestration, graph caches and fallbacks (no graph code: the
+graphs come from ``graphs/build.py``).
 
-Graph layout mirrors the C++ engine:
-
-* encode: graph 1 (128 MB context) wave -> latent, graph 2 (96 MB) downsample ->
-  pre_module, then the residual VQ on the host (numpy);
-* decode, split path (CPU and the fallback): graph 1 (96 MB) VQ sum -> post_module ->
-  upsample, graph 2 (128 MB) decoder -> wave;
-* decode, fused path (non-CPU backends): one graph (256 MB) codes -> wave, cached per frame
-  count; a frame count whose fused graph failed is remembered and served by the split path.
+The fused decode graph (non-CPU backends) is cached per frame count; a frame count whose
+fused graph failed is remembered and served by the split path. Long CPU decodes run as an
+exact stream of chunks (``streaming.py``).
 """
 
 from __future__ import annotations
@@ -16,39 +12,23 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
 
-from . import kernels, ops, quantizer, seanet
-from .config import CodecConfig
+from .backend.graph import Graph
 from .errors import ClosedError, GraphError, InputError
-from .inputs import MAX_DECODE_FRAMES, check_audio, check_codes
-from .model import LoadedModel
-from .weights import ru_layout
-from .runtime import Graph
-from .transformer import transformer
+from .graphs.build import ENCODER_CTX, FUSED_CTX, QUANTIZER_CTX, Build, CodecGraphs
+from .inputs import DECODE_PATHS, MAX_DECODE_FRAMES, PAD_POLICIES, PRECISIONS, EncodeResult, check_audio, check_codes
+from .model import vq
+from .model.config import CodecConfig
+from .model.loader import LoadedModel
 
 if TYPE_CHECKING:
     from .streaming import StreamDecoder
 
-MB = 1 << 20
-ENCODER_CTX, QUANTIZER_CTX, FUSED_CTX = 128 * MB, 96 * MB, 256 * MB
-PRECISIONS = ("f32", "s2cpp")
-PAD_POLICIES = ("code_frame", "frame_length")
-DECODE_PATHS = ("auto", "split", "fused")
 GRAPH_CACHE_SIZE = 4  # graphs kept per kind (distinct frame counts)
 DECODE_CHUNK_FRAMES = 32  # about 1.5 s: the split decode's chunk on CPU (Codec.decode_chunk_frames)
-
-
-@dataclass
-class EncodeResult:
-    """What ``encode(..., return_details=True)`` gives besides the codes."""
-
-    codes: np.ndarray  # (n_codebooks, T) int32
-    margins: np.ndarray  # (n_codebooks, T) float32: best minus second-best cosine
-    stages: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class _GraphCache:
@@ -91,6 +71,7 @@ class Codec:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         self._model = model
         self.precision = precision
+        self.graphs = CodecGraphs(model, precision)
         self.decode_path = decode_path
         self._cache = _GraphCache(GRAPH_CACHE_SIZE)
         self.failed_fused_frames: set[int] = set()
@@ -205,24 +186,11 @@ class Codec:
 
     # ----------------------------------------------------------------- graph building
 
-    def _builder(self, ctx, keep_stages: bool = False) -> ops.Builder:
-        plan = self._live().plan
-        fast_cpu = self.use_custom_kernels and plan["kernels"] and kernels.AVAILABLE
-        layout = ru_layout(plan, self.precision)  # plan "blas"/"taps"/"winograd" imply a BLAS was found
-        return ops.Builder(ctx=ctx, precision=self.precision, explicit_causal_mask=plan["mask"] == "explicit",
-                           keep_stages=keep_stages, snake_kernel=fast_cpu, im2col_kernel=fast_cpu,
-                           conv_transpose=plan["conv_transpose"], left_pad=plan["left_pad"],
-                           attention=plan["attention"], matmul=plan["matmul"] if fast_cpu else "ggml",
-                           conv=layout if layout != "conv" and fast_cpu else "im2col", ru_weights=layout)
-
-    def _graph(self, key, ctx_bytes: int, build: Callable[[ops.Builder], dict], keep_stages: bool = False) -> Graph:
+    def _graph(self, key, ctx_bytes: int, build: Build, keep_stages: bool = False, streamed: bool = False) -> Graph:
         def make() -> Graph:
-            graph = Graph(self._live().backend, ctx_bytes)
-            try:
-                graph.build(build, self._builder(graph.ctx, keep_stages))
-            except BaseException:
-                graph.free()
-                raise
+            self._live()
+            graph = self.graphs.new_graph(ctx_bytes, build, keep_stages=keep_stages,
+                                          custom_kernels=self.use_custom_kernels, streamed=streamed)
             self.lowerings.update(graph.builder.lowerings)
             return graph
 
@@ -230,7 +198,7 @@ class Codec:
             return make()
         return self._cache.get(key, make)
 
-    def _run(self, key, ctx_bytes: int, build: Callable[[ops.Builder], dict], feeds: dict,
+    def _run(self, key, ctx_bytes: int, build: Build, feeds: dict,
              keep_stages: bool = False) -> dict[str, np.ndarray]:
         """Compute the (cached) graph ``key`` on ``feeds``; one-off stage graphs are freed after."""
         graph = self._graph(key, ctx_bytes, build, keep_stages)
@@ -241,40 +209,6 @@ class Codec:
         finally:
             if keep_stages:
                 graph.free()
-
-    def _code_inputs(self, g: ops.Builder, codes: np.ndarray) -> list:
-        return [g.input(f"codes.{i}", codes[i], ops.I32) for i in range(codes.shape[0])]
-
-    def _build_latent_decode(self, codes: np.ndarray) -> Callable[[ops.Builder], dict]:
-        w, cfg = self._model.weights, self.config
-
-        def build(g: ops.Builder) -> dict:
-            x = g.mark("dec.vq_sum", quantizer.vq_sum(g, self._code_inputs(g, codes), w, cfg))
-            x = g.mark("dec.post_module", transformer(g, x, w, "quantizer.post_module", cfg.rvq_transformer,
-                                                     cfg.rvq_transformer.n_layer))
-            return {"latent": quantizer.upsample(g, x, w, cfg)}
-
-        return build
-
-    def _build_wave_decode(self, n_latent: int) -> Callable[[ops.Builder], dict]:
-        w, cfg = self._model.weights, self.config
-
-        def build(g: ops.Builder) -> dict:
-            x = g.input("latent", np.zeros((cfg.quantizer.input_dim, n_latent), np.float32))
-            return {"audio": seanet.decoder(g, x, w, cfg)}
-
-        return build
-
-    def _build_fused_decode(self, codes: np.ndarray) -> Callable[[ops.Builder], dict]:
-        latent = self._build_latent_decode(codes)
-        w, cfg = self._model.weights, self.config
-
-        def build(g: ops.Builder) -> dict:
-            x = latent(g)["latent"]
-            g.mark("dec.latent", x)
-            return {"audio": seanet.decoder(g, x, w, cfg)}
-
-        return build
 
     # ----------------------------------------------------------------- decode
 
@@ -292,7 +226,7 @@ class Codec:
         if dump is not None:
             if return_stages:
                 raise ValueError("dump= writes the stages; it does not combine with return_stages=True")
-            from .diagnostics import dump_decode
+            from .io.dumps import dump_decode
 
             return dump_decode(self, codes, dump, on_invalid_codes=on_invalid_codes, decode_path=decode_path)
         path = decode_path or self.decode_path
@@ -321,16 +255,16 @@ class Codec:
 
     def _decode_fused(self, codes: np.ndarray, stages: bool):
         n = codes.shape[1]
-        out = self._run(("fused", n), FUSED_CTX, self._build_fused_decode(codes), self._codes_feed(codes), stages)
+        out = self._run(("fused", n), FUSED_CTX, self.graphs.fused_decode(codes), self.graphs.codes_feed(codes), stages)
         audio = out.pop("audio").reshape(-1)
         return (audio, _stage_arrays(out)) if stages else audio
 
     def _decode_split(self, codes: np.ndarray, stages: bool):
         n = codes.shape[1]
-        first = self._run(("latent", n), QUANTIZER_CTX, self._build_latent_decode(codes), self._codes_feed(codes),
+        first = self._run(("latent", n), QUANTIZER_CTX, self.graphs.latent_decode(codes), self.graphs.codes_feed(codes),
                           stages)
         latent = first.pop("latent")
-        second = self._run(("wave", n), ENCODER_CTX, self._build_wave_decode(latent.shape[1]), {"latent": latent},
+        second = self._run(("wave", n), ENCODER_CTX, self.graphs.wave_decode(latent.shape[1]), {"latent": latent},
                            stages)
         audio = second.pop("audio").reshape(-1)
         if not stages:
@@ -360,10 +294,6 @@ class Codec:
             self.last_compute_s += sd.last_compute_s
         return np.concatenate(pieces)
 
-    @staticmethod
-    def _codes_feed(codes: np.ndarray) -> dict[str, np.ndarray]:
-        return {f"codes.{i}": codes[i] for i in range(codes.shape[0])}
-
     # ----------------------------------------------------------------- encode
 
     def encode(self, audio, sample_rate: int | None = None, *, pad_to: str = "code_frame", mix: str | None = None,
@@ -387,7 +317,7 @@ class Codec:
         if dump is not None:
             if return_stages or return_margins:
                 raise ValueError("dump= writes the stages; it does not combine with return_stages/return_margins")
-            from .diagnostics import dump_encode
+            from .io.dumps import dump_encode
 
             return dump_encode(self, audio, dump, sample_rate=sample_rate, pad_to=pad_to, mix=mix)
         if pad_to not in PAD_POLICIES:
@@ -408,32 +338,17 @@ class Codec:
         padded = -(-x.shape[0] // unit) * unit
         return np.pad(x, (0, padded - x.shape[0]))
 
-    def _build_latent_encode(self, wave: np.ndarray) -> Callable[[ops.Builder], dict]:
-        w, cfg = self._model.weights, self.config
-        return lambda g: {"latent": seanet.encoder(g, g.input("audio", wave[None, :]), w, cfg)}
-
-    def _build_stage_encode(self, n_latent: int) -> Callable[[ops.Builder], dict]:
-        w, cfg = self._model.weights, self.config
-
-        def build(g: ops.Builder) -> dict:
-            x = g.input("latent", np.zeros((cfg.encoder.latent_dim, n_latent), np.float32))
-            z = ops.transpose(g, quantizer.downsample(g, x, w, cfg))
-            rvq = cfg.rvq_transformer
-            return {"pre_module": transformer(g, z, w, "quantizer.pre_module", rvq, rvq.n_layer)}
-
-        return build
-
     def _encode(self, x: np.ndarray, pad_to: str, stages: bool) -> EncodeResult:
         cfg = self.config
         wave = self._pad(x, pad_to)
         n_latent = wave.shape[0] // cfg.hop_length
-        first = self._run(("enc", wave.shape[0]), ENCODER_CTX, self._build_latent_encode(wave),
+        first = self._run(("enc", wave.shape[0]), ENCODER_CTX, self.graphs.latent_encode(wave),
                           {"audio": wave[None, :]}, stages)
-        second = self._run(("enc2", n_latent), QUANTIZER_CTX, self._build_stage_encode(n_latent),
+        second = self._run(("enc2", n_latent), QUANTIZER_CTX, self.graphs.stage_encode(n_latent),
                            {"latent": first["latent"]}, stages)
         # download() drops trailing 1s of ne: one frame comes back as (dim,), not (1, dim)
         z = second["pre_module"].reshape(-1, cfg.quantizer.input_dim)
-        codes, margins, residuals = quantizer.residual_quantize(self._model.vq_stages, z)
+        codes, margins, residuals = vq.residual_quantize(self._model.vq_stages, z)
         result = EncodeResult(codes=codes, margins=margins)
         if stages:
             result.stages = _stage_arrays({**first, **second})

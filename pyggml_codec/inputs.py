@@ -1,4 +1,5 @@
-"""Validation of what callers pass to encode/decode, before any ggml call.
+"""What callers pass to encode/decode and get back: the option values, the validation that runs
+before any ggml call, and :class:`EncodeResult`.
 
 Each check raises :class:`InputError` naming the problem, so that nothing malformed ever
 reaches a ggml assertion (which would abort the interpreter).
@@ -8,17 +9,31 @@ from __future__ import annotations
 
 import operator
 import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import CodecConfig
 from .errors import InputError
+from .model.config import CodecConfig
+
+PRECISIONS = ("f32", "s2cpp")
+PAD_POLICIES = ("code_frame", "frame_length")
+DECODE_PATHS = ("auto", "split", "fused")
 
 # Refuse work whose activations would not fit in memory. The largest one-shot buffers
 # grow linearly with length (decoder im2col columns) and quadratically in the encoder
 # transformer's dense attention; these limits keep a one-shot graph under a few GB.
 MAX_DECODE_FRAMES = 2048  # about 95 s of audio at 21.5 frames/s
 MAX_ENCODE_SECONDS = 120.0
+
+
+@dataclass
+class EncodeResult:
+    """What ``encode(..., return_details=True)`` gives besides the codes."""
+
+    codes: np.ndarray  # (n_codebooks, T) int32
+    margins: np.ndarray  # (n_codebooks, T) float32: best minus second-best cosine
+    stages: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _as_array(value, what: str) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 Every layer of the codec is causal, so decoding chunk by chunk with carried state equals
 the one-shot decode (S2_CODEC.md section 7). The model builders are the one-shot ones,
-built with a :class:`~pyggml_codec.ops.Carry` on the builder: each causal conv then takes
+built with a :class:`~pyggml_codec.graphs.ops.Carry` on the builder: each causal conv then takes
 its left context, each conv-transpose its overlap tail and each attention layer its last
 ``window - 1`` keys and values from state inputs, and emits the next state as outputs.
 The state is fixed-size from the first chunk (zeros = causal padding, masked key slots),
@@ -15,16 +15,16 @@ of ``history`` frames of context plus the new frames and keep only the new part
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 
-from . import ops, quantizer
-from .codec import ENCODER_CTX, FUSED_CTX, PAD_POLICIES, QUANTIZER_CTX, EncodeResult
+from .backend.graph import Graph
 from .errors import InputError
-from .inputs import check_audio, check_codes
-from .runtime import Graph
-from .transformer import history_mask
+from .graphs.build import ENCODER_CTX, FUSED_CTX, QUANTIZER_CTX, Build
+from .graphs.transformer import history_mask
+from .inputs import PAD_POLICIES, EncodeResult, check_audio, check_codes
+from .model import vq
 
 Schedule = list[tuple[int, int, int, int]]  # (window start, window end, emit start, emit end), frames
 
@@ -43,8 +43,8 @@ class _Stream:
         self._pending: tuple[dict, dict] | None = None
         self.graph: Graph | None = None  # the graph of the last chunk
 
-    def run(self, n: int, build: Callable[[ops.Builder], dict], feed: dict[str, np.ndarray]) -> dict:
-        graph = self.codec._cache.get((self.kind, n), lambda: _streamed_graph(self.codec, self.ctx_bytes, build))
+    def run(self, n: int, build: Build, feed: dict[str, np.ndarray]) -> dict:
+        graph = self.codec._graph((self.kind, n), self.ctx_bytes, build, streamed=True)
         self.graph = graph
         carry = graph.builder.stream
         inputs = {**feed, **self.arrays}
@@ -62,27 +62,6 @@ class _Stream:
         if self._pending is not None:
             self.arrays, self.clock = self._pending
             self._pending = None
-
-
-def _streamed_graph(codec, ctx_bytes: int, build: Callable[[ops.Builder], dict]) -> Graph:
-    graph = Graph(codec._live().backend, ctx_bytes)
-    try:
-        g = codec._builder(graph.ctx)
-        g.stream = ops.Carry()
-        graph.build(lambda b: _state_first(build(b), b.stream.outputs), g)
-    except BaseException:
-        graph.free()
-        raise
-    codec.lowerings.update(graph.builder.lowerings)
-    return graph
-
-
-def _state_first(main: dict, state: dict) -> dict:
-    """Outputs with the carried state first: ggml orders a graph by the expansion order of
-    its outputs, so each state copy then runs right after the tensor it copies, which can
-    be freed at once (expanded last, every such tensor would stay alive to the end: 3.3x
-    the one-shot graph's compute buffer per frame)."""
-    return {**state, **main}
 
 
 # --------------------------------------------------------------------------- exact stream decode
@@ -120,13 +99,13 @@ class StreamDecoder:
         with codec._lock:
             codec._live()
             codes = check_codes(codes, codec.config, self.on_invalid_codes)
-            feed = codec._codes_feed(codes)
+            feed = codec.graphs.codes_feed(codes)
             n = codes.shape[1]
             if self.fused:
-                audio = self._stages[0].run(n, codec._build_fused_decode(codes), feed)["audio"]
+                audio = self._stages[0].run(n, codec.graphs.fused_decode(codes), feed)["audio"]
             else:
-                latent = self._stages[0].run(n, codec._build_latent_decode(codes), feed)["latent"]
-                audio = self._stages[1].run(n, codec._build_wave_decode(latent.shape[1]), {"latent": latent})["audio"]
+                latent = self._stages[0].run(n, codec.graphs.latent_decode(codes), feed)["latent"]
+                audio = self._stages[1].run(n, codec.graphs.wave_decode(latent.shape[1]), {"latent": latent})["audio"]
             for stage in self._stages:
                 stage.commit()
             self.last_compute_s = sum(stage.graph.last_compute_s for stage in self._stages)
@@ -260,13 +239,13 @@ def encode_chunked(codec, audio, sample_rate: int | None = None, *, chunk_second
         x = np.pad(x, (0, stop - start - x.shape[0]))
         with codec._lock:
             codec._live()
-            latent = streams[0].run(x.shape[0], codec._build_latent_encode(x), {"audio": x[None, :]})["latent"]
+            latent = streams[0].run(x.shape[0], codec.graphs.latent_encode(x), {"audio": x[None, :]})["latent"]
             latent = latent.reshape(cfg.encoder.latent_dim, -1)
-            z = streams[1].run(latent.shape[1], codec._build_stage_encode(latent.shape[1]), {"latent": latent})
+            z = streams[1].run(latent.shape[1], codec.graphs.stage_encode(latent.shape[1]), {"latent": latent})
             for s in streams:
                 s.commit()
         z = z["pre_module"].reshape(-1, cfg.quantizer.input_dim)
-        codes, margins, _ = quantizer.residual_quantize(codec._model.vq_stages, z)
+        codes, margins, _ = vq.residual_quantize(codec._model.vq_stages, z)
         parts["codes"].append(codes)
         parts["margins"].append(margins)
         if return_stages:

@@ -17,7 +17,7 @@ python -m pip install -q -e ".[test]"
 # rebuild when the build lacks what was asked (llamafile) or an ISA extension this machine has.
 if ! python - <<'PY'
 import os, sys
-from pyggml_codec import _ggml, buildinfo
+from pyggml_codec.backend import buildinfo
 want_llamafile = "-DGGML_LLAMAFILE=ON" in os.environ.get("CMAKE_ARGS", "")
 info = buildinfo.build_info()
 stale = (want_llamafile and not info["llamafile"]) or info["machine_isa_unused_by_build"]
@@ -27,7 +27,7 @@ if stale:
 sys.exit(1 if stale else 0)
 PY
 then
-    GGML_PY="ggml-python==$(python -c 'from pyggml_codec import _ggml; print(_ggml.binding_version())')"
+    GGML_PY="ggml-python==$(python -c 'from pyggml_codec.backend import binding; print(binding.binding_version())')"
     python -m pip install -q --no-cache-dir --force-reinstall --no-deps "$GGML_PY"
 fi
 # The independent reference: upstream's PyTorch codec from three PyPI wheels, never installed.

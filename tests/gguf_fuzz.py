@@ -11,7 +11,7 @@ import random
 import struct
 
 import pyggml_codec
-from pyggml_codec.gguf_file import ModelFile
+from pyggml_codec.model.gguf_file import ModelFile
 
 BOUNDARY = (0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 31, 32, 33, 64, 255, 2**15, 2**16 - 1, 2**31 - 1, 2**31,
             2**32 - 1, 2**32, 2**62, 2**63 - 1, 2**63, 2**64 - 1)

@@ -9,7 +9,7 @@ import torch
 from torch.nn.utils import parametrize
 
 import oracle
-from pyggml_codec.convert import convert_checkpoint
+from pyggml_codec.model.convert import convert_checkpoint
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,9 @@ INTERRUPT_SCRIPT = '''
 # speed (a hook on the N-th call of a stage), so it always lands inside the call: mid graph
 # build, after the encoder graph's compute, before the quantizer graph's, in the host VQ.
 import _thread, functools, os, signal, sys, numpy as np, pyggml_codec
-from pyggml_codec import ops, quantizer, runtime
+from pyggml_codec.graphs import ops
+from pyggml_codec.model import vq
+from pyggml_codec.backend import graph as runtime  # Graph lives in backend.graph
 x = (0.1 * np.random.default_rng(0).standard_normal(3 * 44100)).astype(np.float32)
 codec = pyggml_codec.load(sys.argv[1], "cpu", n_threads=2)
 ref = codec.encode(x)
@@ -161,7 +163,7 @@ def hooked(owner, name, after=False):
 hooked(ops.Builder, "input")
 hooked(runtime.Graph, "run", after=True)
 hooked(runtime.Graph, "build")
-hooked(quantizer, "residual_quantize")
+hooked(vq, "residual_quantize")
 def at_call(name, n, how):
     count = [0]
     def hook():

@@ -10,9 +10,9 @@ import pytest
 
 import pyggml_codec
 from parity import random_codes, report, signal
-from pyggml_codec import _ggml
-from pyggml_codec._ggml import lib
-from pyggml_codec.convert import write_merged_fixture
+from pyggml_codec.backend import binding
+from pyggml_codec.backend.binding import lib
+from pyggml_codec.model.convert import write_merged_fixture
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ class HostApp:
             self.tensors[t.name] = getattr(lib, f"ggml_new_tensor_{len(ne)}d")(self.ctx, int(t.tensor_type), *ne)
         self.buffer = lib.ggml_backend_alloc_ctx_tensors(self.ctx, self.backend)
         for t in codec_tensors:
-            _ggml.upload(self.tensors[t.name], np.asarray(t.data).reshape(-1))
+            binding.upload(self.tensors[t.name], np.asarray(t.data).reshape(-1))
 
     def close(self):
         lib.ggml_backend_buffer_free(self.buffer)
@@ -75,7 +75,7 @@ def test_host_tensors_used_in_place(merged, dtype, precision):
         np.testing.assert_array_equal(got, want)  # bit-identical on CPU
         # The host's backend and buffer survive codec.close(): read a weight back, run again.
         name = "c.decoder.model.0.conv.weight"
-        np.testing.assert_array_equal(_ggml.download(host.tensors[name]).reshape(-1),
+        np.testing.assert_array_equal(binding.download(host.tensors[name]).reshape(-1),
                                       np.asarray(host.reader.get_tensor(
                                           [t.name for t in host.reader.tensors].index(name)).data).reshape(-1))
         with pyggml_codec.load(host.reader, backend=host.backend, precision=precision,

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 
 import pyggml_codec
 from pyggml_codec import ClosedError, ConfigError, InputError, ModelFileError
-from pyggml_codec.convert import write_merged_fixture
-from pyggml_codec.gguf_file import ModelFile
+from pyggml_codec.model.convert import write_merged_fixture
+from pyggml_codec.model.gguf_file import ModelFile
 from pyggml_codec.inputs import MAX_DECODE_FRAMES, MAX_ENCODE_SECONDS
 
 SR, SPF = 44100, 2048  # tiny model: sample rate, samples per code frame

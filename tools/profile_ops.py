@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 import pyggml_codec
-from pyggml_codec import _ggml
+from pyggml_codec.backend import binding
 
 
 def main(argv=None) -> int:
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
         for key, graph in c._cache.graphs.items():
             for i, (op, ne, seconds) in enumerate(graph.profile()):
                 if op == "MUL_MAT":
-                    node = _ggml.lib.ggml_graph_node(graph.gf, i)
+                    node = binding.lib.ggml_graph_node(graph.gf, i)
                     k = int(node.contents.src[0].contents.ne[0])
                     flops += 2.0 * k * np.prod([int(node.contents.ne[d]) for d in range(4)])
                     matmul_s += seconds

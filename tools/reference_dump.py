@@ -142,7 +142,7 @@ def layouts(stages: dict[str, np.ndarray]) -> dict[str, str]:
 
 
 def _read_codes(path: Path) -> np.ndarray:
-    from pyggml_codec.codefiles import read_codes
+    from pyggml_codec.io.codefiles import read_codes
 
     return read_codes(path).codes
 
@@ -193,7 +193,7 @@ def make_reference_dump(model, inputs: np.ndarray, direction: str, path: Path, p
     import torch
 
     from pyggml_codec import __version__
-    from pyggml_codec.diagnostics import save_dump
+    from pyggml_codec.io.dumps import save_dump
 
     cfg = model.oracle_config
     if direction == "decode":

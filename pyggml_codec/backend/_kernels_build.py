@@ -1,7 +1,7 @@
 """cffi build script for the small C kernels ggml runs as custom ops on the CPU backend.
 
 Built at install time (``setup.py`` lists it in ``cffi_modules``) into
-``pyggml_codec._kernels``. The kernels read ggml tensors through a mirror of the first
+``pyggml_codec.backend._kernels``. The kernels read ggml tensors through a mirror of the first
 fields of ``struct ggml_tensor`` (ggml 0.15.3); ``kernels.py`` checks those offsets
 against the binding's own struct before using them. The C sources are in ``csrc/``:
 ``elementwise.c`` (Snake, fused bias passes, F16 im2col, col2im), ``blas.c`` (products and
@@ -41,7 +41,7 @@ _flags = ["-O3", "-ffast-math"]  # -ffast-math (with finite-math) makes glibc de
 if os.environ.get("PYGGML_CODEC_PORTABLE") != "1" and sys.platform != "darwin":
     _flags.append("-march=native")
 ffibuilder.set_source(
-    "pyggml_codec._kernels",
+    "pyggml_codec.backend._kernels",
     '#include "pg_kernels.h"\n',
     sources=[_relative(os.path.join(HERE, "csrc", name)) for name in C_SOURCES],
     include_dirs=[_relative(os.path.join(HERE, "csrc"))],

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+from typing import Any
 
 import numpy as np
 
@@ -173,3 +174,11 @@ def download(tensor) -> np.ndarray:
         raise ValueError("download of a non-contiguous tensor")
     lib.ggml_backend_tensor_get(tensor, out.ctypes.data_as(ctypes.c_void_p), 0, nbytes)
     return out
+
+
+def new_tensor(ctx: Any, ggml_type: int, ne: tuple[int, ...]) -> Any:
+    ne = tuple(int(d) for d in ne)
+    if not 1 <= len(ne) <= 4 or any(d <= 0 for d in ne):
+        raise ValueError(f"bad tensor shape ne={list(ne)}")
+    makers = (lib.ggml_new_tensor_1d, lib.ggml_new_tensor_2d, lib.ggml_new_tensor_3d, lib.ggml_new_tensor_4d)
+    return makers[len(ne) - 1](ctx, ggml_type, *ne)

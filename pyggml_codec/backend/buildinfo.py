@@ -11,13 +11,39 @@ from __future__ import annotations
 import os
 import platform
 
-from . import _ggml, kernels
+from . import binding, kernels
 
 # ggml's feature names for the x86 ISA extensions, and the /proc/cpuinfo flag of each
 _ISA_FLAGS = {"AVX": "avx", "AVX2": "avx2", "F16C": "f16c", "FMA": "fma", "AVX512": "avx512f"}  # the ones
 # ggml's F16/F32 dot products and conversions are compiled for; a build without one runs slower
 REBUILD = ('CMAKE_ARGS="-DGGML_LLAMAFILE=ON" pip install --no-cache-dir --force-reinstall --no-deps '
            'ggml-python=={version}')
+
+
+def source_tree() -> str | None:
+    """The checkout this package was imported from, if it was (a pyproject.toml beside it)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # backend/ -> package -> checkout
+    return root if os.path.exists(os.path.join(root, "pyproject.toml")) else None
+
+
+def slow_path_reason(blas: bool = True) -> str | None:
+    """Why the CPU would run plain ggml ops (about 2.5x slower) or ggml's F32 products, with
+    the fix; None when the compiled kernels and the BLAS are both in use, or the BLAS was
+    switched off on purpose (``PYGGML_CODEC_BLAS=off``)."""
+    if not kernels.AVAILABLE:
+        tree = source_tree()
+        if tree is not None and "not built" in (kernels.UNAVAILABLE_REASON or ""):
+            fix = (f"pyggml_codec was imported from the source tree {tree}, which has no compiled kernels: "
+                   f"run `pip install -e .` there (it builds them in place), or run from outside the "
+                   f"checkout to use the installed copy")
+        else:
+            fix = "reinstall pyggml_codec with a C compiler present (pip install --force-reinstall --no-deps .)"
+        return f"compiled CPU kernels unavailable ({kernels.UNAVAILABLE_REASON}); the CPU runs plain ggml ops, about 2.5x slower. Fix: {fix}"
+    if blas and kernels.BLAS is None and not kernels.BLAS_UNAVAILABLE_REASON.startswith("disabled by"):
+        return (f"BLAS matrix products unavailable ({kernels.BLAS_UNAVAILABLE_REASON}); F32 products and convs run "
+                f"on ggml's kernels, about 2x slower. Fix: install numpy from its wheels (they bundle "
+                f"OpenBLAS >= 0.3.27) or point {kernels.BLAS_ENV} at such a library")
+    return None
 
 
 def machine_flags() -> set[str] | None:
@@ -34,26 +60,26 @@ def machine_flags() -> set[str] | None:
 
 def build_info() -> dict:
     """The report as a dict (``doctor --json``)."""
-    features = _ggml.cpu_features()
+    features = binding.cpu_features()
     enabled = sorted(name for name, value in features.items() if value not in ("", "0"))
     flags = machine_flags()
     unused = sorted(name for name, flag in _ISA_FLAGS.items() if flags and flag in flags and name not in enabled)
-    package = os.path.dirname(os.path.abspath(__file__))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     info = {
         "python": platform.python_version(),
         "package": package,
-        "source_tree": kernels._source_tree() is not None,
-        "ggml": _ggml.ggml_version(),
-        "ggml_python": _ggml.binding_version(),
+        "source_tree": source_tree() is not None,
+        "ggml": binding.ggml_version(),
+        "ggml_python": binding.binding_version(),
         "cpu_features": enabled,
-        "llamafile": _ggml.has_llamafile(),
+        "llamafile": binding.has_llamafile(),
         "openmp": "OPENMP" in enabled,
         "machine_isa_unused_by_build": unused,
         "kernels": {"compiled": kernels.AVAILABLE, "reason": kernels.UNAVAILABLE_REASON},
         "blas": kernels.BLAS.describe() if kernels.BLAS is not None else {"reason": kernels.BLAS_UNAVAILABLE_REASON},
         "warnings": [],
     }
-    slow = kernels.slow_path_reason()
+    slow = slow_path_reason()
     if slow:
         info["warnings"].append(slow)
     if unused:

@@ -22,16 +22,12 @@ the compiled module is missing or does not match, graphs use plain ggml ops and
 from __future__ import annotations
 
 import ctypes
-import contextlib
-import ctypes.util
-import glob
-import threading as threading_module
 import logging
-import os
 
 import numpy as np
 
-from ._ggml import lib
+from .binding import lib
+from .blas import BLAS_ENV, Blas, find_blas  # noqa: F401  (BLAS_ENV, Blas: re-exported)
 from .winograd import WINOGRAD, Winograd
 
 log = logging.getLogger("pyggml_codec")
@@ -153,165 +149,12 @@ def im2col(ctx, x, k: int, stride: int, dilation: int, pad: int, n_out: int, dst
 
 # --------------------------------------------------------------------------- BLAS
 
-
-class Blas:
-    """A CBLAS ``sgemm`` the matrix-product kernels call, with OpenBLAS's thread control.
-
-    Every sgemm of the kernels runs single-threaded inside OpenBLAS (ggml's threads split the
-    work): OpenBLAS's threaded driver sums in another order on some of its kernels, and its
-    direct AVX-512 path is chosen by the thread count too, so a call that went threaded gave
-    other bits (3.8e-5 on an AVX-512 machine with ``OPENBLAS_CORETYPE=Haswell``). A pthreads
-    OpenBLAS keeps one thread count for the process, even behind its ``_local`` setter; the
-    kernels used to set and restore it in each ggml thread, and one thread's restore let
-    another's next sgemm run threaded. Now ``single_threaded()`` holds that count at 1 around
-    every compute (counted, so concurrent computes nest), and only an OpenMP OpenBLAS, whose
-    count is per thread, is set by the kernels themselves (``params[1]``, pg_blas_enter).
-    While a compute runs, numpy's own BLAS calls in other threads run single-threaded too.
-    """
-
-    def __init__(self, path: str, sgemm: str, ilp64: bool, params: np.ndarray, threading: str,
-                 get_threads=None, set_threads=None):
-        self.path, self.sgemm, self.ilp64, self.threading = path, sgemm, ilp64, threading
-        self.params = params  # int64 [sgemm address, per-thread setter or 0, ilp64]
-        self._get, self._set = get_threads, set_threads
-        self._lock = threading_module.Lock()
-        self._depth, self._saved = 0, 1
-        self._about: dict = {}  # "config" / "corename" -> openblas_get_<what>
-
-    def describe(self) -> dict:
-        """What the library says of itself: config line (version, ILP64, build) and the kernel
-        OpenBLAS chose for this CPU (``OPENBLAS_CORETYPE`` overrides it)."""
-        info = {"path": self.path, "sgemm": self.sgemm, "ilp64": self.ilp64, "threading": self.threading}
-        for key, fn in self._about.items():
-            try:
-                info[key] = fn().decode(errors="replace").strip()
-            except (OSError, AttributeError):  # pragma: no cover - an odd library
-                info[key] = None
-        return info
-
-    def __repr__(self) -> str:
-        return f"Blas({self.path!r}, {self.sgemm}, {'ILP64' if self.ilp64 else 'LP64'}, {self.threading})"
-
-    @contextlib.contextmanager
-    def single_threaded(self):
-        """OpenBLAS's process-wide thread count held at 1 for the duration (re-entrant and
-        thread-safe: restored when the last concurrent holder leaves)."""
-        if self._set is None:
-            yield
-            return
-        with self._lock:
-            if self._depth == 0:
-                self._saved = int(self._get())
-                if self._saved != 1:
-                    self._set(1)
-            self._depth += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._depth -= 1
-                if self._depth == 0 and self._saved != 1:
-                    self._set(self._saved)
-
-
-_SGEMM_SYMBOLS = (("scipy_cblas_sgemm64_", True), ("cblas_sgemm64_", True), ("scipy_cblas_sgemm", False),
-                  ("cblas_sgemm", False))
-_LOCAL_THREADS_SYMBOLS = ("openblas_set_num_threads_local", "scipy_openblas_set_num_threads_local64_",
-                          "scipy_openblas_set_num_threads_local")
-_PREFIXES = ("scipy_openblas_{}64_", "openblas_{}64_", "scipy_openblas_{}", "openblas_{}")
-_PARALLEL = {0: "sequential", 1: "pthreads", 2: "openmp"}  # openblas_get_parallel()
-BLAS_ENV = "PYGGML_CODEC_BLAS"  # "off", or the path of a CBLAS library (OpenBLAS >= 0.3.27)
-
-
-def _symbol(dll, what: str):
-    """OpenBLAS's ``openblas_<what>`` under the names numpy's and system builds export."""
-    return next((getattr(dll, p.format(what)) for p in _PREFIXES if hasattr(dll, p.format(what))), None)
-
-
-def _blas_candidates() -> list[str]:
-    """numpy's bundled OpenBLAS (manylinux, macOS and Windows wheels), then a system one."""
-    here = os.path.dirname(np.__file__)
-    found = []
-    for folder in (os.path.join(os.path.dirname(here), "numpy.libs"), os.path.join(here, ".dylibs")):
-        found += sorted(glob.glob(os.path.join(folder, "*openblas*")))
-    system = ctypes.util.find_library("openblas")
-    return found + ([system] if system else [])
-
-
-def _open_blas(path: str) -> tuple[Blas | None, str]:
-    try:
-        dll = ctypes.CDLL(path)
-    except OSError as exc:
-        return None, f"{path}: {exc}"
-    for name, ilp64 in _SGEMM_SYMBOLS:
-        if hasattr(dll, name):
-            break
-    else:
-        return None, f"{path}: no cblas_sgemm"
-    local = next((sym for sym in _LOCAL_THREADS_SYMBOLS if hasattr(dll, sym)), None)
-    get_threads, set_threads, parallel = (_symbol(dll, w) for w in ("get_num_threads", "set_num_threads",
-                                                                      "get_parallel"))
-    if local is None or get_threads is None or set_threads is None:
-        return None, f"{path}: no openblas_set_num_threads_local (OpenBLAS >= 0.3.27 needed)"
-    threading = _PARALLEL.get(int(parallel()) if parallel is not None else 1, "pthreads")
-    get_threads.restype, set_threads.argtypes = ctypes.c_int, [ctypes.c_int]  # int in every build
-    per_thread = ctypes.cast(getattr(dll, local), ctypes.c_void_p).value if threading == "openmp" else 0
-    sgemm = ctypes.cast(getattr(dll, name), ctypes.c_void_p).value
-    params = np.array([sgemm, per_thread, int(ilp64)], dtype=np.int64)
-    blas = (Blas(path, name, ilp64, params, threading, get_threads, set_threads) if threading == "pthreads"
-            else Blas(path, name, ilp64, params, threading))
-    for what in ("config", "corename"):
-        fn = _symbol(dll, f"get_{what}")
-        if fn is not None:
-            fn.restype = ctypes.c_char_p
-            blas._about[what] = fn
-    return blas, ""
-
-
-def _find_blas() -> tuple[Blas | None, str]:
-    if not AVAILABLE:
-        return None, UNAVAILABLE_REASON or "compiled kernels unavailable"
-    choice = os.environ.get(BLAS_ENV, "")
-    if choice.lower() in ("off", "0", "no", "none"):
-        return None, f"disabled by {BLAS_ENV}={choice}"
-    reasons = []
-    for path in [choice] if choice else _blas_candidates():
-        blas, why = _open_blas(path)
-        if blas is not None:
-            return blas, ""
-        reasons.append(why)
-    return None, "; ".join(reasons) or "no OpenBLAS found"
-
-
-BLAS, BLAS_UNAVAILABLE_REASON = _find_blas()
+if AVAILABLE:
+    BLAS, BLAS_UNAVAILABLE_REASON = find_blas()
+else:
+    BLAS, BLAS_UNAVAILABLE_REASON = None, UNAVAILABLE_REASON or "compiled kernels unavailable"
 if BLAS is None:
     log.info("BLAS matrix products unavailable: %s; using ggml's mul_mat", BLAS_UNAVAILABLE_REASON)
-
-
-def _source_tree() -> str | None:
-    """The checkout this package was imported from, if it was (a pyproject.toml beside it)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return root if os.path.exists(os.path.join(root, "pyproject.toml")) else None
-
-
-def slow_path_reason(blas: bool = True) -> str | None:
-    """Why the CPU would run plain ggml ops (about 2.5x slower) or ggml's F32 products, with
-    the fix; None when the compiled kernels and the BLAS are both in use, or the BLAS was
-    switched off on purpose (``PYGGML_CODEC_BLAS=off``)."""
-    if not AVAILABLE:
-        tree = _source_tree()
-        if tree is not None and "not built" in (UNAVAILABLE_REASON or ""):
-            fix = (f"pyggml_codec was imported from the source tree {tree}, which has no compiled kernels: "
-                   f"run `pip install -e .` there (it builds them in place), or run from outside the "
-                   f"checkout to use the installed copy")
-        else:
-            fix = "reinstall pyggml_codec with a C compiler present (pip install --force-reinstall --no-deps .)"
-        return f"compiled CPU kernels unavailable ({UNAVAILABLE_REASON}); the CPU runs plain ggml ops, about 2.5x slower. Fix: {fix}"
-    if blas and BLAS is None and not BLAS_UNAVAILABLE_REASON.startswith("disabled by"):
-        return (f"BLAS matrix products unavailable ({BLAS_UNAVAILABLE_REASON}); F32 products and convs run "
-                f"on ggml's kernels, about 2x slower. Fix: install numpy from its wheels (they bundle "
-                f"OpenBLAS >= 0.3.27) or point {BLAS_ENV} at such a library")
-    return None
 
 
 BLAS_MIN_SIDE = 16  # a product with fewer rows or columns (a streamed transformer's one token)

@@ -18,14 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, load
-from .audio import audio_format, read_audio, resample, write_audio
-from .codec import Codec
-from .codefiles import EXTENSIONS as CODE_EXTENSIONS
-from .codefiles import CodeFile, format_of, read_codes, write_codes
-from .config import CodecConfig
-from .errors import CodecError
-from .inputs import MAX_DECODE_FRAMES, MAX_ENCODE_SECONDS
+from .._version import __version__
+from ..api import load
+from ..io.audio import audio_format, read_audio, resample, write_audio
+from ..codec import Codec
+from ..io.codefiles import EXTENSIONS as CODE_EXTENSIONS
+from ..io.codefiles import CodeFile, format_of, read_codes, write_codes
+from ..model.config import CodecConfig
+from ..errors import CodecError
+from ..inputs import MAX_DECODE_FRAMES, MAX_ENCODE_SECONDS
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff", ".au", ".caf", ".w64", ".rf64")
 USER_ERRORS = (CodecError, OSError, ValueError, ImportError)

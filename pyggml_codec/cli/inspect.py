@@ -12,13 +12,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .config import CodecConfig
-from .errors import ModelFileError
-from .gguf_file import ModelFile
-from .model import codec_prefix
-from .buildinfo import build_info, format_build_info
-from .runtime import available_backends, devices
-from .weights import PARTS, check_tensors, expected_tensors, ffn_width_reader
+from ..model.config import CodecConfig
+from ..errors import ModelFileError
+from ..model.gguf_file import ModelFile
+from ..model.loader import codec_prefix
+from ..backend.buildinfo import build_info, format_build_info
+from ..backend.runtime import available_backends, devices
+from ..model.weights import PARTS, check_tensors, expected_tensors, ffn_width_reader
 
 
 def model_info(path: Path) -> dict[str, Any]:
@@ -99,7 +99,7 @@ def format_info(info: dict[str, Any]) -> str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     if not args.model_file.is_file():
-        from .cli import CliError
+        from .codec_commands import CliError
 
         raise CliError(f"{args.model_file}: no such model file")
     info = model_info(args.model_file)

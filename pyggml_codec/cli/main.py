@@ -27,12 +27,12 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import __version__
-from .cli import USER_ERRORS, CliError, cmd_decode, cmd_encode, cmd_roundtrip
-from .cli_inspect import cmd_backends, cmd_doctor, cmd_info
-from .codec import PAD_POLICIES, PRECISIONS
-from .codefiles import EXTENSIONS as CODE_EXTENSIONS
-from .runtime import BACKEND_NAMES
+from .._version import __version__
+from .codec_commands import USER_ERRORS, CliError, cmd_decode, cmd_encode, cmd_roundtrip
+from .inspect import cmd_backends, cmd_doctor, cmd_info
+from ..inputs import PAD_POLICIES, PRECISIONS
+from ..io.codefiles import EXTENSIONS as CODE_EXTENSIONS
+from ..backend.runtime import BACKEND_NAMES
 
 PROG = "pyggml-codec"
 
@@ -137,7 +137,7 @@ def _add_tool_commands(sub, common, backend) -> None:
     doc.add_argument("--json", action="store_true", help="machine-readable output")
     doc.set_defaults(func=cmd_doctor)
 
-    from .convert import add_convert_arguments
+    from ..model.convert import add_convert_arguments
 
     conv = sub.add_parser("convert", parents=[common], help="upstream checkpoint -> GGUF, or extract from a merged GGUF")
     add_convert_arguments(conv)
@@ -152,7 +152,9 @@ def _add_tool_commands(sub, common, backend) -> None:
 
 
 def _add_diagnostics(sub) -> None:
-    """Subcommands of pyggml_codec.diagnostics (compare, bench-backends), when that module offers them."""
+    """The diagnostics commands (``cli/diagnostics.py``: compare, bench-backends), imported by
+    name so that a broken diagnostics module (or one of its imports) only costs those commands,
+    never encode and decode."""
     name = f"{__package__}.diagnostics"
     try:
         diagnostics = importlib.import_module(name)
@@ -183,7 +185,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from .convert import run_convert
+    from ..model.convert import run_convert
 
     out = Path(args.out)
     if out.exists() and not args.force:
@@ -204,7 +206,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from ..tools.demo import run_demo
 
     return run_demo(args)
 

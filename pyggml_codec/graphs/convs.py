@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _ggml, kernels
-from ._ggml import lib
+from ..backend import binding, kernels
+from ..backend.binding import lib
 from .ops import F16, F32, Builder, Tensor, add, add_bias, first_columns, mul_mat, reshape_2d, shape, transpose
-from .winograd import WINOGRAD
+from ..backend.winograd import WINOGRAD
 
 
 def carry_input(g: Builder, ne: tuple[int, ...]) -> tuple[str, Tensor]:
@@ -83,7 +83,7 @@ def _conv_input_type(g: Builder) -> int:
 
 
 def _kernel_im2col(g: Builder, w: Tensor, x_cf: Tensor, with_prev: bool = False) -> bool:
-    return (g.im2col_kernel and _ggml.tensor_type(x_cf) == F32
+    return (g.im2col_kernel and binding.tensor_type(x_cf) == F32
             and kernels.im2col_supported(_conv_input_type(g), shape(w)[0], with_prev))
 
 
@@ -101,7 +101,7 @@ def im2col(g: Builder, w: Tensor, x_cf: Tensor, stride: int, pad: int, dilation:
         x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
         g.lowerings["im2col"] = "custom"
         return kernels.im2col(g.ctx, x_cf, k, stride, dilation, pad, n_out, dst_type, g.keep, prev)
-    if dst_type == F16 and _ggml.tensor_type(w) != F16:
+    if dst_type == F16 and binding.tensor_type(w) != F16:
         raise ValueError("ggml's F16 im2col needs an F16 kernel tensor")
     g.lowerings["im2col"] = "ggml"
     return lib.ggml_im2col(g.ctx, w, x_cf, stride, 0, pad, 0, dilation, 0, False, dst_type)
@@ -150,7 +150,7 @@ def conv1d(g: Builder, x_cf: Tensor, w: Tensor, b: Tensor | None, *, stride: int
     per-tap BLAS kernel where the plan has it: no im2col columns (K*Cin rows over the whole
     signal: 27-35 ms for the head of a 1 s decode, against about 3 ms per tap)."""
     k, cin, cout = shape(w)[:3]
-    if (g.conv in ("taps", "winograd") and stride == 1 and out == "CF" and _ggml.tensor_type(w) == F32
+    if (g.conv in ("taps", "winograd") and stride == 1 and out == "CF" and binding.tensor_type(w) == F32
             and k * cin * cout <= TAPS_MAX_WEIGHTS and cin >= 16 and shape(x_cf)[1] == cin):
         g.lowerings["conv1d"] = "taps"
         wt = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, w, 2, 0, 1, 3))  # ne [Cin, Cout, K]: a copy per compute
@@ -231,7 +231,7 @@ def conv1x1(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, out: str =
     n = int(lib.ggml_nelements(w))
     cin = shape(x_cl)[0]
     w2 = reshape_2d(g, w, cin, n // cin)
-    if g.f16_convs and _ggml.tensor_type(x_cl) != F16:
+    if g.f16_convs and binding.tensor_type(x_cl) != F16:
         x_cl = lib.ggml_cast(g.ctx, x_cl, F16)
     y = mul_mat(g, x_cl, w2) if out == "CF" else mul_mat(g, w2, x_cl)
     return add_bias(g, y, b, out)
@@ -256,7 +256,7 @@ def conv_transpose1d(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, s
     g.lowerings["conv_transpose"] = g.conv_transpose
     if g.conv_transpose == "col2im":
         cols = mul_mat(g, reshape_2d(g, w, cin, k * cout), x_cl)
-        if g.snake_kernel and _ggml.tensor_type(cols) == F32:  # the compiled overlap-add (CPU)
+        if g.snake_kernel and binding.tensor_type(cols) == F32:  # the compiled overlap-add (CPU)
             g.lowerings["col2im"] = "custom"
             y = kernels.col2im(g.ctx, cols, k, stride, g.keep)
         else:

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _ggml, kernels
-from ._ggml import lib
+from ..backend import binding, kernels
+from ..backend.binding import lib, new_tensor  # noqa: F401  (new_tensor: part of the op helpers)
 
-F32, F16, I32 = _ggml.TYPE_F32, _ggml.TYPE_F16, _ggml.TYPE_I32
+F32, F16, I32 = binding.TYPE_F32, binding.TYPE_F16, binding.TYPE_I32
 MASKED = -1e9  # the C++ engine's fill value for masked attention scores
 
 Tensor = Any  # a ggml tensor pointer
@@ -84,9 +84,9 @@ class Builder:
 
     def input(self, name: str, array: np.ndarray, ggml_type: int = F32) -> Tensor:
         """A graph input holding ``array`` (numpy order), uploaded before every compute."""
-        array = np.ascontiguousarray(array, dtype=_ggml.NP_DTYPES[ggml_type])
+        array = np.ascontiguousarray(array, dtype=binding.NP_DTYPES[ggml_type])
         t = new_tensor(self.ctx, ggml_type, tuple(reversed(array.shape)))
-        _ggml.set_name(t, name)
+        binding.set_name(t, name)
         lib.ggml_set_input(t)
         self.inputs.append((t, array))
         return t
@@ -98,18 +98,10 @@ class Builder:
         calls keep none.
         """
         if self.keep_stages:
-            _ggml.set_name(t, name)
+            binding.set_name(t, name)
             lib.ggml_set_output(t)
             self.stages[name] = t
         return t
-
-
-def new_tensor(ctx: Any, ggml_type: int, ne: tuple[int, ...]) -> Tensor:
-    ne = tuple(int(d) for d in ne)
-    if not 1 <= len(ne) <= 4 or any(d <= 0 for d in ne):
-        raise ValueError(f"bad tensor shape ne={list(ne)}")
-    makers = (lib.ggml_new_tensor_1d, lib.ggml_new_tensor_2d, lib.ggml_new_tensor_3d, lib.ggml_new_tensor_4d)
-    return makers[len(ne) - 1](ctx, ggml_type, *ne)
 
 
 def shape(t: Tensor) -> tuple[int, ...]:
@@ -128,7 +120,7 @@ def mul_mat(g: Builder, a: Tensor, b: Tensor) -> Tensor:
     sa, sb = shape(a), shape(b)
     if sa[0] != sb[0] or sb[2] % sa[2] or sb[3] % sa[3]:
         raise ValueError(f"mul_mat of ne {list(sa)} and {list(sb)}")
-    if _ggml.tensor_type(a) == F32 and _ggml.tensor_type(b) == F16:
+    if binding.tensor_type(a) == F32 and binding.tensor_type(b) == F16:
         raise ValueError("mul_mat with F32 src0 and F16 src1 is not supported by ggml")
     blas = g.matmul == "blas" and kernels.mul_mat_blas_supported(a, b)
     used = set(g.lowerings.get("matmul", "").split("+")) - {""}
@@ -174,7 +166,7 @@ def snake(g: Builder, x: Tensor, alpha: Tensor, layout: str) -> Tensor:
     (CUDA and Vulkan fuse it).
     """
     a = channel_vector(g, alpha, layout)
-    if g.snake_kernel and _ggml.tensor_type(x) == F32 == _ggml.tensor_type(a) and lib.ggml_is_contiguous(x):
+    if g.snake_kernel and binding.tensor_type(x) == F32 == binding.tensor_type(a) and lib.ggml_is_contiguous(x):
         g.lowerings["snake"] = "custom"
         return kernels.snake(g.ctx, x, a)
     g.lowerings["snake"] = "chain"
@@ -183,7 +175,7 @@ def snake(g: Builder, x: Tensor, alpha: Tensor, layout: str) -> Tensor:
 
 
 def _kernel_ready(g: Builder, *tensors: Tensor) -> bool:
-    return g.snake_kernel and all(_ggml.tensor_type(t) == F32 and lib.ggml_is_contiguous(t) for t in tensors)
+    return g.snake_kernel and all(binding.tensor_type(t) == F32 and lib.ggml_is_contiguous(t) for t in tensors)
 
 
 def bias_snake(g: Builder, x: Tensor, b: Tensor, alpha: Tensor, layout: str, out_type: int = F32) -> Tensor:

@@ -8,12 +8,9 @@ a conv-transpose reads CL, so each decoder block starts with one transpose.
 from __future__ import annotations
 
 from . import convs, ops
-from .config import CodecConfig
+from ..model.config import RESIDUAL_DILATIONS, CodecConfig
 from .ops import Builder, Tensor
 from .transformer import transformer
-
-RESIDUAL_DILATIONS = (1, 3, 9)  # fixed in upstream code
-
 
 def residual_unit(g: Builder, x: Tensor, w, p: str, dilation: int) -> Tensor:
     """Snake -> conv k7 (dilated) -> Snake -> conv k1, plus the input. CF in and out."""

@@ -11,22 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import convs, ops
-from ._ggml import lib
-from .config import TransformerConfig
+from ..backend.binding import lib
+from ..model.config import TransformerConfig
+from ..model.weights import LAYER_TENSORS
 from .ops import Builder, Tensor
-
-LAYER_TENSORS = (
-    "attention.wqkv.weight",
-    "attention.wo.weight",
-    "feed_forward.w1.weight",
-    "feed_forward.w2.weight",
-    "feed_forward.w3.weight",
-    "attention_norm.weight",
-    "ffn_norm.weight",
-    "attention_layer_scale.gamma",
-    "ffn_layer_scale.gamma",
-)
-
 
 def mask_input(g: Builder, n: int, window: int, name: str) -> Tensor | None:
     """The attention mask input for a sequence of ``n``, or None where diag_mask_inf serves.

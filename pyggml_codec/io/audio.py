@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._fileio import atomic_path
-from .errors import AudioFileError
+from .fileio import atomic_path
+from ..errors import AudioFileError
 
 RESAMPLE_METHODS = ("soxr", "linear")
 SUBTYPES = {"FLOAT": "FLOAT", "PCM_16": "PCM_16", "float": "FLOAT", "pcm16": "PCM_16"}

@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from ._fileio import write_bytes_atomic
-from .errors import CodeFileError
+from .fileio import write_bytes_atomic
+from ..errors import CodeFileError
 
 EXTENSIONS = (".npz", ".npy", ".s2voice")
 S2VOICE_MAGIC = b"S2VOICE\0"

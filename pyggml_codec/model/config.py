@@ -11,12 +11,13 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .gguf_file import MetaValue
 
 PREFIX = "fish_speech.codec."
 ENCODER_TRANSFORMER_WINDOW = 512  # fixed in upstream code, not in the file
 CONVNEXT_LN_EPS = 1e-6  # fixed in upstream code, not in the file
+RESIDUAL_DILATIONS = (1, 3, 9)  # of each SEANet block's residual units: fixed in upstream code
 
 # Bounds on what the file may claim, so that no count drives a loop or an allocation
 # past what a real codec needs (S2 Pro: 4 blocks, 2 factors, 8 layers, 10 VQ stages).

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 from gguf import GGUFReader, GGUFValueType
 
-from . import _codec_layout as layout
-from ._gguf_write import MetaValue, TensorData, copy_field, copy_tensor, field_value, write_gguf
-from .errors import ModelFileError, TensorError
+from . import layout as layout
+from .gguf_write import MetaValue, TensorData, copy_field, copy_tensor, field_value, write_gguf
+from ..errors import ModelFileError, TensorError
 
 CODEC_ARCH = "fish-speech-codec"
 MERGED_ARCH = "fish-speech"

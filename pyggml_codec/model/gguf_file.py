@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ModelFileError
+from ..errors import ModelFileError
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)

@@ -13,7 +13,7 @@ from typing import Any
 
 from gguf import GGUFValueType
 
-from .errors import ConfigError, TensorError
+from ..errors import ConfigError, TensorError
 
 PREFIX = "fish_speech.codec."
 Shapes = Mapping[str, Sequence[int]]

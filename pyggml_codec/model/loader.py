@@ -14,12 +14,14 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import _ggml, ops
+from ..backend import binding
+from ..backend.graph import WeightBuffer
+from ..backend.lowerings import choose_lowerings
+from ..backend.runtime import Backend
+from ..errors import ModelFileError
 from .config import CodecConfig
-from .errors import ModelFileError
 from .gguf_file import ModelFile
-from .quantizer import VQStage, stage_prefixes
-from .runtime import Backend, WeightBuffer, choose_lowerings
+from .vq import VQStage, stage_prefixes
 from .weights import PARTS, TensorSpec, backend_array, backend_layout, check_tensors, expected_tensors, ffn_width_reader, host_array
 
 log = logging.getLogger("pyggml_codec")
@@ -106,8 +108,8 @@ def load_model(source: Any, backend: Backend, parts: str, precision: str,
 
 def _usable_in_place(tensor: Any, ggml_type: int, shape: tuple[int, ...]) -> bool:
     want = tuple(reversed(shape)) + (1,) * (4 - len(shape))
-    return (_ggml.tensor_type(tensor) == ggml_type and ops.shape(tensor) == want
-            and bool(_ggml.lib.ggml_is_contiguous(tensor)) and bool(tensor.contents.buffer))
+    return (binding.tensor_type(tensor) == ggml_type and tuple(int(tensor.contents.ne[i]) for i in range(4)) == want
+            and bool(binding.lib.ggml_is_contiguous(tensor)) and bool(tensor.contents.buffer))
 
 
 def _upload(model: LoadedModel, mf: ModelFile, prefix: str, specs: list[TensorSpec], precision: str,
@@ -129,11 +131,11 @@ def _upload(model: LoadedModel, mf: ModelFile, prefix: str, specs: list[TensorSp
     model.buffer = buf
     for s, ggml_type, shape in own:
         t = buf.new_tensor(ggml_type, tuple(reversed(shape)))
-        _ggml.set_name(t, f"w{len(model.weights)}")  # checkpoint names can exceed ggml's 63 bytes
+        binding.set_name(t, f"w{len(model.weights)}")  # checkpoint names can exceed ggml's 63 bytes
         model.weights[s.name] = t
     model.loaded_bytes = buf.allocate()
     for s, _, _ in own:
-        _ggml.upload(model.weights[s.name], backend_array(mf, prefix, s, precision, model.plan))
+        binding.upload(model.weights[s.name], backend_array(mf, prefix, s, precision, model.plan))
 
 
 def _vq_stages(mf: ModelFile, prefix: str, specs: list[TensorSpec], cfg: CodecConfig) -> list[VQStage]:

@@ -20,13 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .config import CodecConfig, TransformerConfig
-from .errors import TensorError
+from ..backend.winograd import WINOGRAD
+from ..errors import TensorError
+from .config import RESIDUAL_DILATIONS, CodecConfig, TransformerConfig
 from .gguf_file import FLOAT_TYPES, ModelFile
-from .quantizer import stage_prefixes
-from .seanet import RESIDUAL_DILATIONS
-from .transformer import LAYER_TENSORS
-from .winograd import WINOGRAD
+from .vq import stage_prefixes
 
 PARTS = ("all", "encode", "decode")
 ENC, DEC = frozenset({"encode"}), frozenset({"decode"})
@@ -34,6 +32,19 @@ BOTH = ENC | DEC
 # Kernel sizes fixed in upstream code (not stated in the file).
 STEM_K, RU_K, ENC_HEAD_K, DEC_HEAD_K, DW_K, CONVNEXT_RATIO = 7, 7, 3, 7, 7, 4
 IGNORED_SUFFIXES = ("freqs_cis", "causal_mask")
+
+LAYER_TENSORS = (  # the tensors of one transformer layer, under "<prefix>.layers.<i>."
+    "attention.wqkv.weight",
+    "attention.wo.weight",
+    "feed_forward.w1.weight",
+    "feed_forward.w2.weight",
+    "feed_forward.w3.weight",
+    "attention_norm.weight",
+    "ffn_norm.weight",
+    "attention_layer_scale.gamma",
+    "ffn_layer_scale.gamma",
+)
+
 
 
 @dataclass(frozen=True)

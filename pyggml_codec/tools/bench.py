@@ -27,7 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .compare import code_agreement, float_metrics
-from .errors import CodecError
+from ..errors import CodecError
 
 DECODE_GRAPHS = ("latent", "wave", "fused")  # Codec graph-cache key kinds (codec.py)
 ENCODE_GRAPHS = ("enc", "enc2")
@@ -186,7 +186,7 @@ def bench_backends(model: str | Path, seconds: float = 2.0, repeats: int = 3, pr
     A backend that fails to load or run gets a row with ``error`` set; the CPU failing
     raises, since every delta is measured against it.
     """
-    from .runtime import available_backends
+    from ..backend.runtime import available_backends
 
     if not seconds > 0 or math.isinf(seconds):
         raise ValueError(f"seconds must be > 0, got {seconds}")

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .errors import CodecError
+from ..errors import CodecError
 
 DEFAULT_TOLERANCES: dict[str, float | None] = {"rel_rms": 1e-3, "agreement": 1.0, "max_abs": None}
 METRICS = tuple(DEFAULT_TOLERANCES)
@@ -270,7 +270,7 @@ def _label(x: Any) -> str:
 
 def load_comparable(x: Any) -> tuple[str, dict[str, np.ndarray]]:
     """(kind, ordered {stage: array}) of a path or an in-memory dump."""
-    from .diagnostics import Dump, is_dump, load_dump
+    from ..io.dumps import Dump, is_dump, load_dump
 
     if isinstance(x, Dump):
         return "dump", dict(x.stages)
@@ -294,7 +294,7 @@ def load_comparable(x: Any) -> tuple[str, dict[str, np.ndarray]]:
 
 def _read_code_file(path: Path) -> np.ndarray:
     try:
-        from .codefiles import read_codes
+        from ..io.codefiles import read_codes
     except ImportError:  # pragma: no cover - codefiles is part of the package
         read_codes = None
     try:

@@ -7,7 +7,8 @@ import warnings
 import pytest
 
 import pyggml_codec
-from pyggml_codec import BackendError, runtime
+from pyggml_codec import BackendError
+from pyggml_codec.backend import runtime
 
 
 def test_discovery_lists_the_cpu():
@@ -80,7 +81,7 @@ def test_rejected_ops_run_on_the_cpu_through_the_scheduler(tiny_model):
     import numpy as np
 
     from pyggml_codec.codec import Codec
-    from pyggml_codec.model import load_model
+    from pyggml_codec.model.loader import load_model
 
     codes, x = _codes(12), _audio()
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1) as ref:

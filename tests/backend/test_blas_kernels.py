@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 
 import pyggml_codec
-from pyggml_codec import kernels, ops, runtime, winograd
+from pyggml_codec.backend import kernels, runtime, winograd
+from pyggml_codec.backend.graph import Graph, new_context
+from pyggml_codec.graphs import ops
 
 REL_MAX = 2e-6
 
@@ -28,7 +30,7 @@ pytestmark = pytest.mark.skipif(kernels.BLAS is None, reason=f"no BLAS: {kernels
 def _run(build, n_threads: int = 2) -> dict:
     backend = runtime.start_backend("cpu")
     backend.set_threads(n_threads)
-    graph = runtime.Graph(backend, 64 << 20)
+    graph = Graph(backend, 64 << 20)
     try:
         graph.build(build, ops.Builder(ctx=graph.ctx))
         return graph.run()
@@ -68,7 +70,7 @@ def test_mul_mat_blas_matches_numpy(k, m, n, batch_a, batch_b, pad, threads):
 
 
 def test_mul_mat_blas_refuses_what_it_cannot_read():
-    ctx = runtime.new_context(16 * ops.lib.ggml_tensor_overhead())
+    ctx = new_context(16 * ops.lib.ggml_tensor_overhead())
     try:
         f32, f16 = ops.new_tensor(ctx, ops.F32, (32, 32)), ops.new_tensor(ctx, ops.F16, (32, 32))
         assert kernels.mul_mat_blas_supported(f32, f32)
@@ -185,7 +187,7 @@ def test_conv_wino_matches_numpy(m, cin, cout, length, d, with_prev, threads, mo
 
 
 def test_conv_wino_refuses_other_weights():
-    ctx = runtime.new_context(16 * ops.lib.ggml_tensor_overhead())
+    ctx = new_context(16 * ops.lib.ggml_tensor_overhead())
     try:
         taps = ops.new_tensor(ctx, ops.F32, (8, 8, 7))  # per-tap weights, not transformed
         x = ops.new_tensor(ctx, ops.F32, (100, 8))

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import pyggml_codec
-from pyggml_codec import _ggml, buildinfo, kernels
+from pyggml_codec.backend import binding, buildinfo, kernels
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _cli(*argv: str, cwd: Path = REPO, pythonpath: str | None = None) -> subprocess.CompletedProcess:
@@ -30,8 +30,8 @@ def test_doctor_reports_the_build_it_runs():
     out = _cli("doctor", "--json")
     info = json.loads(out.stdout)
     print(json.dumps(info, indent=2))
-    assert info["ggml"] == _ggml.ggml_version() and info["ggml_python"] == _ggml.binding_version()
-    assert info["llamafile"] == _ggml.has_llamafile()
+    assert info["ggml"] == binding.ggml_version() and info["ggml_python"] == binding.binding_version()
+    assert info["llamafile"] == binding.has_llamafile()
     assert ("LLAMAFILE" in info["cpu_features"]) == info["llamafile"]
     assert info["kernels"]["compiled"] == kernels.AVAILABLE
     assert ("path" in info["blas"]) == (kernels.BLAS is not None)
@@ -56,7 +56,7 @@ def test_doctor_names_the_openblas_kernel_choice():
 def test_backends_prints_the_build_line():
     out = _cli("backends")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith(f"ggml {_ggml.ggml_version()}") and "llamafile" in out.stdout
+    assert out.stdout.startswith(f"ggml {binding.ggml_version()}") and "llamafile" in out.stdout
 
 
 def test_a_source_tree_without_kernels_warns_with_the_fix(tiny_model, tmp_path):
@@ -88,8 +88,8 @@ def test_a_source_tree_without_kernels_warns_with_the_fix(tiny_model, tmp_path):
 
 
 def test_no_performance_warning_on_a_full_install(tiny_model, recwarn):
-    if kernels.slow_path_reason() is not None:
-        pytest.skip(f"this install runs the slow path: {kernels.slow_path_reason()}")
+    if buildinfo.slow_path_reason() is not None:
+        pytest.skip(f"this install runs the slow path: {buildinfo.slow_path_reason()}")
     pyggml_codec.load(tiny_model.f32_path, "cpu", n_threads=1).close()
     assert not [w for w in recwarn if issubclass(w.category, pyggml_codec.PerformanceWarning)]
 
@@ -98,7 +98,7 @@ def test_machine_isa_the_build_lacks_is_reported(monkeypatch):
     """A ggml wheel built on an older machine (pip's cache) runs without AVX-512 on a newer
     one: doctor says so and gives the rebuild line."""
     monkeypatch.setattr(buildinfo, "machine_flags", lambda: {"avx2", "avx512f"})
-    monkeypatch.setattr(_ggml, "cpu_features", lambda: {"AVX2": "1", "LLAMAFILE": "1"})
+    monkeypatch.setattr(binding, "cpu_features", lambda: {"AVX2": "1", "LLAMAFILE": "1"})
     info = buildinfo.build_info()
     assert info["machine_isa_unused_by_build"] == ["AVX512"]
     assert any("--no-cache-dir --force-reinstall" in w for w in info["warnings"])

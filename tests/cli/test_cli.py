@@ -20,12 +20,12 @@ import pytest
 import soundfile as sf
 
 import pyggml_codec
-from pyggml_codec import __main__ as cli_main
-from pyggml_codec.audio import resample
-from pyggml_codec.cli import file_sha256
-from pyggml_codec.codefiles import read_codes
+from pyggml_codec.cli import main as cli_main
+from pyggml_codec.io.audio import resample
+from pyggml_codec.cli.codec_commands import file_sha256
+from pyggml_codec.io.codefiles import read_codes
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 ERROR_CASES = [  # (argv, exit status, text in the error line); a garbage "model" proves checks run first
     (["encode", "{ws}/missing.wav", "-m", "{model}", "-o", "{tmp}/x.npz"], 1, "missing.wav: no such file"),
@@ -164,7 +164,7 @@ def test_directory_mode_mirrors_the_tree_and_survives_a_bad_file(tiny_model, ws,
 
 
 def test_info_backends_and_convert(tiny_model, tmp_path, capsys):
-    from pyggml_codec.convert import write_merged_fixture
+    from pyggml_codec.model.convert import write_merged_fixture
 
     def out(*args) -> str:
         assert main(*args) == 0
@@ -230,7 +230,7 @@ def test_user_errors_exit_with_one_line(tiny_model, ws, tmp_path, capsys, argv, 
 
 
 def test_wrong_model_for_the_codes(tiny_model, tmp_path, codec):
-    from pyggml_codec.codefiles import CodeFile, write_codes
+    from pyggml_codec.io.codefiles import CodeFile, write_codes
 
     write_codes(tmp_path / "c.npz", CodeFile(np.zeros((4, 3), np.int32), sample_rate=44100))
     assert cli_main.main(["decode", str(tmp_path / "c.npz"), "-m", str(tiny_model.f32_path),
@@ -242,16 +242,16 @@ def test_wrong_model_for_the_codes(tiny_model, tmp_path, codec):
 
 
 def test_diagnostics_subcommands_register_when_present(monkeypatch):
-    fake = types.ModuleType("pyggml_codec.diagnostics")
+    fake = types.ModuleType("pyggml_codec.cli.diagnostics")
 
     def register_cli(sub):
         p = sub.add_parser("compare")
         p.set_defaults(func=lambda args: 7)
 
     fake.register_cli = register_cli
-    monkeypatch.setitem(sys.modules, "pyggml_codec.diagnostics", fake)
+    monkeypatch.setitem(sys.modules, "pyggml_codec.cli.diagnostics", fake)
     assert cli_main.main(["compare"]) == 7
-    monkeypatch.setitem(sys.modules, "pyggml_codec.diagnostics", types.ModuleType("pyggml_codec.diagnostics"))
+    monkeypatch.setitem(sys.modules, "pyggml_codec.cli.diagnostics", types.ModuleType("pyggml_codec.cli.diagnostics"))
     with pytest.raises(SystemExit):  # no register_cli: no such command, parser still works
         cli_main.get_parser().parse_args(["compare"])
 

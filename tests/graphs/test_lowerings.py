@@ -12,7 +12,9 @@ import pytest
 import oracle
 import pyggml_codec
 from parity import random_codes, report, signal
-from pyggml_codec import kernels, runtime
+from pyggml_codec.backend import kernels, runtime
+from pyggml_codec.backend.graph import Graph
+from pyggml_codec.backend import lowerings
 
 F32_REL_RMS = 1e-5  # f32 precision: float32 rounding only, whatever the lowering
 
@@ -118,7 +120,7 @@ def test_cpu_plan_and_bad_overrides(tiny_model):
 def test_probe_reports_cpu_support():
     backend = runtime.start_backend("cpu")
     try:
-        support = runtime.probe_ops(backend)
+        support = lowerings.probe_ops(backend)
     finally:
         backend.free()
     assert support == {"diag_mask_inf": True, "col2im_1d": True, "pad_left": True, "conv_transpose_1d": True}
@@ -150,7 +152,7 @@ def test_custom_kernels_match_ggml_ops(tiny_model):
 def test_f16_im2col_kernel_bit_identical(stride, dilation, pad, length):
     if not kernels.AVAILABLE:
         pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
-    from pyggml_codec import convs, ops
+    from pyggml_codec.graphs import convs, ops
 
     backend = runtime.start_backend("cpu")
     backend.set_threads(2)
@@ -159,7 +161,7 @@ def test_f16_im2col_kernel_bit_identical(stride, dilation, pad, length):
     outs = []
     try:
         for use_kernel in (True, False):
-            graph = runtime.Graph(backend, 16 << 20)
+            graph = Graph(backend, 16 << 20)
 
             def build(g):
                 w = g.input("w", np.zeros((3, 6, k), np.float16), ops.F16)
@@ -183,7 +185,7 @@ def test_im2col_kernel_reads_carried_context_in_place(precision, stride, dilatio
     concatenated signal, bit for bit, F32 and F16 columns."""
     if not kernels.AVAILABLE:
         pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
-    from pyggml_codec import convs, ops
+    from pyggml_codec.graphs import convs, ops
 
     backend = runtime.start_backend("cpu")
     backend.set_threads(2)
@@ -195,10 +197,10 @@ def test_im2col_kernel_reads_carried_context_in_place(precision, stride, dilatio
     outs = []
     try:
         for in_place in (True, False):
-            graph = runtime.Graph(backend, 16 << 20)
+            graph = Graph(backend, 16 << 20)
 
             def build(g):
-                w = g.input("w", np.zeros((3, 6, k), ops._ggml.NP_DTYPES[wtype]), wtype)
+                w = g.input("w", np.zeros((3, 6, k), ops.binding.NP_DTYPES[wtype]), wtype)
                 xt = g.input("x", x)
                 if in_place:
                     cols = convs.im2col(g, w, xt, stride, 0, dilation, prev=g.input("prev", prev))
@@ -223,7 +225,7 @@ def test_fused_bias_snake_and_residual_kernels_match_numpy(layout, out_type):
     """snake(x + b) (F32 or F16 out) and x + (h + b) against float64 numpy, both layouts."""
     if not kernels.AVAILABLE:
         pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
-    from pyggml_codec import ops
+    from pyggml_codec.graphs import ops
 
     rng = np.random.default_rng(11)
     c, t = 24, 1003  # t not a multiple of the threads' split or the kernel's 256-value runs
@@ -233,7 +235,7 @@ def test_fused_bias_snake_and_residual_kernels_match_numpy(layout, out_type):
     arr = (lambda a: a) if layout == "CF" else (lambda a: np.ascontiguousarray(a.T))  # CL: numpy (T, C)
     backend = runtime.start_backend("cpu")
     backend.set_threads(2)
-    graph = runtime.Graph(backend, 16 << 20)
+    graph = Graph(backend, 16 << 20)
     try:
         def build(g):
             xt, ht = g.input("x", arr(x)), g.input("h", arr(h))
@@ -283,12 +285,12 @@ def test_col2im_kernel_bit_identical(k, stride, cout, length, threads):
     (each output sums at most K / stride terms, in the same order)."""
     if not kernels.AVAILABLE:
         pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
-    from pyggml_codec import ops
+    from pyggml_codec.graphs import ops
 
     backend = runtime.start_backend("cpu")
     backend.set_threads(threads)
     cols = np.random.default_rng(k + length).standard_normal((length, k * cout)).astype(np.float32)
-    graph = runtime.Graph(backend, 16 << 20)
+    graph = Graph(backend, 16 << 20)
     try:
         def build(g):
             c = g.input("cols", cols)

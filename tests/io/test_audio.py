@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from pyggml_codec.audio import AudioFileError, read_audio, resample, resample_linear, write_audio
+from pyggml_codec.io.audio import AudioFileError, read_audio, resample, resample_linear, write_audio
 from pyggml_codec.errors import CodecError
 
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pyggml_codec.codefiles import (
+from pyggml_codec.io.codefiles import (
     S2VOICE_HEADER,
     CodeFile,
     CodeFileError,

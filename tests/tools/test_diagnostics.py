@@ -23,11 +23,12 @@ import soundfile as sf
 
 import pyggml_codec
 from parity import random_codes, signal
-from pyggml_codec import diagnostics as diag
-from pyggml_codec.compare import CompareError, CompareUsageError
-from pyggml_codec.codefiles import CodeFile, write_codes
+from pyggml_codec.io import dumps as diag
+from pyggml_codec.cli.diagnostics import register_cli
+from pyggml_codec.tools.compare import CompareError, CompareUsageError, compare
+from pyggml_codec.io.codefiles import CodeFile, write_codes
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 F32_REL_RMS = 1e-5
 N_FRAMES = 7
 N_SAMPLES = 13230  # 0.3 s: not a multiple of the 2048-sample code frame, so padding shows
@@ -115,7 +116,7 @@ def test_dump_rejects_an_undocumented_shape():
 
 
 def test_compare_dump_with_itself_is_all_zeros(ws):
-    report = diag.compare(ws["dir"] / "ours_enc.npz", ws["dir"] / "ours_enc.npz")
+    report = compare(ws["dir"] / "ours_enc.npz", ws["dir"] / "ours_enc.npz")
     print(report.table())
     assert report.ok and report.first_failure is None
     for s in report.stages:
@@ -127,7 +128,7 @@ def test_compare_dump_with_itself_is_all_zeros(ws):
 @pytest.mark.parametrize("direction", ["dec", "enc"])
 def test_ours_matches_reference_per_stage(ws, direction):
     ref, ours = ws["dir"] / f"ref_{direction}.npz", ws["dir"] / f"ours_{direction}.npz"
-    report = diag.compare(ref, ours, {"rel_rms": F32_REL_RMS})
+    report = compare(ref, ours, {"rel_rms": F32_REL_RMS})
     print(report.table())
     assert diag.load_dump(ref).stage_order == diag.load_dump(ours).stage_order
     assert not report.only_in_a and not report.only_in_b
@@ -141,7 +142,7 @@ def test_perturbed_stage_is_named_first(ws):
     x = bad["dec.upsample1"]
     bad["dec.upsample1"] = x + 3e-3 * np.sqrt(np.mean(x**2)) * rng.standard_normal(x.shape).astype(np.float32)
     diag.save_dump(ws["dir"] / "bad_dec.npz", bad, ours.meta)
-    report = diag.compare(ws["dir"] / "ref_dec.npz", ws["dir"] / "bad_dec.npz")
+    report = compare(ws["dir"] / "ref_dec.npz", ws["dir"] / "bad_dec.npz")
     print(report.table())
     assert not report.ok and report.first_failure == "dec.upsample1"
     assert [s.name for s in report.stages if not s.ok] == ["dec.upsample1"]
@@ -149,10 +150,10 @@ def test_perturbed_stage_is_named_first(ws):
     assert 2e-3 < row.metrics["rel_rms"] < 4e-3 and "rel_rms" in row.violations[0]
     assert "FAIL: first stage past tolerance: dec.upsample1" in report.table()
     # overrides: per stage (exact name or pattern) and global
-    assert diag.compare(ws["dir"] / "ref_dec.npz", bad, {"dec.upsample*": {"rel_rms": 1e-2}}).ok
-    assert diag.compare(ws["dir"] / "ref_dec.npz", bad, {"rel_rms": 1e-2}).ok
+    assert compare(ws["dir"] / "ref_dec.npz", bad, {"dec.upsample*": {"rel_rms": 1e-2}}).ok
+    assert compare(ws["dir"] / "ref_dec.npz", bad, {"rel_rms": 1e-2}).ok
     with pytest.raises(ValueError, match="unknown tolerance metric"):
-        diag.compare(bad, bad, {"dec.latent": {"rms": 1.0}})
+        compare(bad, bad, {"dec.latent": {"rms": 1.0}})
 
 
 def test_perturbed_code_stage_is_named_first(ws):
@@ -160,7 +161,7 @@ def test_perturbed_code_stage_is_named_first(ws):
     bad = dict(ours.stages)
     bad["enc.vq3.codes"] = bad["enc.vq3.codes"].copy()
     bad["enc.vq3.codes"][2] += 1
-    report = diag.compare(ws["dir"] / "ref_enc.npz", bad)
+    report = compare(ws["dir"] / "ref_enc.npz", bad)
     print(report.verdict())
     assert report.first_failure == "enc.vq3.codes"
     row = next(s for s in report.stages if s.name == "enc.vq3.codes")
@@ -174,18 +175,18 @@ def test_compare_code_files(ws, tmp_path):
     codes = ws["enc_codes"]
     a = write_codes(tmp_path / "a.npz", CodeFile(codes))
     np.save(tmp_path / "b.npy", codes.astype(np.int64))
-    assert diag.compare(a, tmp_path / "b.npy").ok
+    assert compare(a, tmp_path / "b.npy").ok
     flipped = codes.copy()
     flipped[2, 3] = (flipped[2, 3] + 1) % 32
     np.save(tmp_path / "c.npy", flipped)
-    report = diag.compare(a, tmp_path / "c.npy")
+    report = compare(a, tmp_path / "c.npy")
     print(report.table())
     agree = report.stages[0].metrics["agreement"]
     assert report.first_failure == "codes" and agree[2] == pytest.approx(6 / 7)
     assert agree[:2] + agree[3:] == [1.0] * 9 and "codebook(s) [2]" in report.verdict()
-    assert diag.compare(a, tmp_path / "c.npy", {"agreement": 0.8}).ok
+    assert compare(a, tmp_path / "c.npy", {"agreement": 0.8}).ok
     np.save(tmp_path / "short.npy", codes[:, :-1])
-    assert diag.compare(a, tmp_path / "short.npy").stages[0].kind == "shape"
+    assert compare(a, tmp_path / "short.npy").stages[0].kind == "shape"
 
 
 def test_compare_audio_files(ws, tmp_path):
@@ -194,16 +195,16 @@ def test_compare_audio_files(ws, tmp_path):
     sf.write(tmp_path / "ours.wav", ws["wave"], 44100, subtype="FLOAT")
     sf.write(tmp_path / "loud.wav", ws["wave"] * 1.01, 44100, subtype="FLOAT")
     sf.write(tmp_path / "other_rate.wav", ws["wave"], 22050, subtype="FLOAT")
-    report = diag.compare(tmp_path / "ref.wav", tmp_path / "ours.wav", {"rel_rms": F32_REL_RMS})
+    report = compare(tmp_path / "ref.wav", tmp_path / "ours.wav", {"rel_rms": F32_REL_RMS})
     print(report.table())
     assert report.ok
-    loud = diag.compare(tmp_path / "ref.wav", tmp_path / "loud.wav")
+    loud = compare(tmp_path / "ref.wav", tmp_path / "loud.wav")
     assert loud.first_failure == "audio" and loud.stages[0].metrics["rel_rms"] == pytest.approx(1e-2, rel=1e-3)
     assert loud.stages[0].metrics["snr_db"] == pytest.approx(40.0, abs=0.1)
     with pytest.raises(CompareError, match="sample rates differ"):
-        diag.compare(tmp_path / "ref.wav", tmp_path / "other_rate.wav")
+        compare(tmp_path / "ref.wav", tmp_path / "other_rate.wav")
     with pytest.raises(CompareUsageError):
-        diag.compare(tmp_path / "ref.wav", ws["dir"] / "ours_dec.npz")
+        compare(tmp_path / "ref.wav", ws["dir"] / "ours_dec.npz")
 
 
 # --------------------------------------------------------------------------- command line
@@ -211,7 +212,7 @@ def test_compare_audio_files(ws, tmp_path):
 
 def _own_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyggml-codec")
-    diag.register_cli(parser.add_subparsers(dest="command", required=True))
+    register_cli(parser.add_subparsers(dest="command", required=True))
     return parser
 
 
@@ -242,7 +243,7 @@ def test_register_cli_compare_exit_codes(ws, tmp_path, capsys):
 def _cli_registered() -> bool:
     if not (REPO / "pyggml_codec" / "__main__.py").is_file():
         return False
-    from pyggml_codec import __main__ as cli_main
+    from pyggml_codec.cli import main as cli_main
 
     sub = next(a for a in cli_main.get_parser()._actions if isinstance(a, argparse._SubParsersAction))
     return {"compare", "bench-backends"} <= set(sub.choices)
@@ -280,7 +281,7 @@ def test_cli_compare_and_bench_through_main(ws, tiny_model, tmp_path):
 
 
 def test_bench_backends_has_the_cpu_row(tiny_model):
-    from pyggml_codec.bench import bench_backends
+    from pyggml_codec.tools.bench import bench_backends
 
     result = bench_backends(tiny_model.f32_path, seconds=0.1, repeats=2, n_threads=1)
     table = result.table()
@@ -302,7 +303,6 @@ def test_bench_backends_has_the_cpu_row(tiny_model):
 def test_dump_keyword_on_encode_and_decode(tiny_model, tmp_path):
     """codec.decode(..., dump=PATH) / encode(..., dump=PATH) write the same dumps as diagnostics."""
     import pyggml_codec
-    from pyggml_codec import diagnostics
 
     rng = np.random.default_rng(11)
     codes = np.stack([rng.integers(0, s, 9) for s in (64,) + (32,) * 9])
@@ -315,5 +315,5 @@ def test_dump_keyword_on_encode_and_decode(tiny_model, tmp_path):
         with pytest.raises(ValueError, match="dump="):
             codec.decode(codes, dump=tmp_path / "x.npz", return_stages=True)
     for name in ("d.npz", "e.npz"):
-        report = diagnostics.compare(tmp_path / name, tmp_path / name)
+        report = compare(tmp_path / name, tmp_path / name)
         assert report.ok

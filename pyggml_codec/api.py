@@ -1,0 +1,80 @@
+"""``load()``: the one entry point that opens a model file on a backend and returns a Codec."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any, Iterable, Mapping
+
+from .backend.runtime import Backend, default_threads, set_cpu_ops, start_backend
+from .codec import Codec
+from .model.loader import load_model
+
+
+def load(
+    source: str | os.PathLike | Any,
+    backend: str | int = "auto",
+    device: int = 0,
+    n_threads: int | None = None,
+    *,
+    precision: str = "f32",
+    parts: str = "all",
+    strict_backend: bool = False,
+    decode_path: str = "auto",
+    host_tensors: Mapping[str, Any] | None = None,
+    lowerings: dict | None = None,
+    cpu_ops: Iterable[str] | None = None,
+) -> Codec:
+    """Load an S2 codec from a GGUF file onto a ggml backend.
+
+    ``source``: a path to a ``fish-speech`` (merged, ``c.``-prefixed) or
+    ``fish-speech-codec`` GGUF file, or an open ``gguf.GGUFReader`` the host already has.
+    ``backend``: "auto" (a GPU if this ggml build has one, else CPU), "cpu", "cuda",
+    "metal", "vulkan", or a ggml backend handle the host created (used, never freed).
+    An unavailable backend falls back to CPU with a ``RuntimeWarning`` (recorded in
+    ``codec.fallback_reason``); ``strict_backend=True`` raises :class:`BackendError`.
+    ``precision``: "f32" (default: F32 weights and convs, exact to ~1e-6, the reference
+    for comparisons) or "s2cpp" (F16 conv inputs and weights, as the C++ engine computes;
+    half the weight memory of an F16 file). ``parts``: "all", "encode" or "decode" (only
+    the tensors that direction needs). ``n_threads`` defaults to the usable cores.
+
+    Embedding (sharing with a host application that already holds the model):
+    ``host_tensors`` maps file tensor names (e.g. ``"c.decoder.model.0.conv.weight"``) to
+    ggml tensors the host allocated on ``backend``; each whose type and shape match what
+    this codec needs is used in place, the rest are copied into the codec's own buffer
+    (``codec.shared_tensors`` lists the shared ones). Ownership: the codec frees only what
+    it created (its graphs, its weight buffer, a backend it started); the host's backend,
+    buffers and tensors must outlive ``codec.close()`` and are never freed by it.
+
+    ``lowerings`` overrides the per-backend choice of graph lowerings (``codec.plan``):
+    ``mask`` ("diag_mask_inf"/"explicit"), ``conv_transpose`` ("col2im"/"ggml"),
+    ``left_pad`` ("pad_ext"/"concat"), ``kernels`` (True/False: compiled CPU kernels),
+    ``attention`` ("blocked": window attention in query blocks, the CPU default; "full"),
+    ``matmul`` ("blas": F32 products by the OpenBLAS numpy ships, the CPU default where it is
+    found; "ggml"), ``conv`` ("winograd": the residual units' dilated convs by Winograd F(4,7),
+    10 BLAS GEMMs per 4 outputs, in "f32" precision, the CPU default with the BLAS; "taps":
+    one BLAS GEMM per tap, the smallest rounding error; "im2col").
+
+    Ops the backend rejects (``ggml_backend_supports_op``) run on the CPU through
+    ``ggml_backend_sched``, with a ``RuntimeWarning`` naming them (``codec.lowerings["cpu_ops"]``).
+    ``cpu_ops`` (ggml op names such as ``{"COL2IM_1D"}``) pins more ops to the CPU that way,
+    to bisect a backend's op against the CPU's.
+    """
+    if precision not in ("f32", "s2cpp"):
+        raise ValueError(f"precision must be 'f32' or 's2cpp', got {precision!r}")
+    if n_threads is not None and int(n_threads) < 1:
+        raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+    if isinstance(backend, ctypes.c_void_p):
+        backend = backend.value or 0
+    if isinstance(backend, int) and not isinstance(backend, bool):
+        handle = Backend.wrap(backend)
+    else:
+        handle = start_backend(str(backend), device, strict_backend)
+    handle.set_threads(n_threads or default_threads())
+    try:
+        set_cpu_ops(handle, cpu_ops)
+    except ValueError:
+        handle.free()
+        raise
+    model = load_model(source, handle, parts, precision, host_tensors, lowerings)
+    return Codec(model, precision, decode_path)

@@ -1,0 +1,214 @@
+"""Graphs and buffers: metadata-only contexts, the weight buffer, and ``Graph`` (build, allocate,
+compute, profile, free) on one backend or, with ops pinned to the CPU, a scheduler over two.
+
+Every object that frees something records whether it created it: a buffer handed in by a
+host application is used, never freed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import time
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+
+from . import binding, kernels
+from .binding import lib
+from .runtime import Backend, cpu_backend, default_threads, node_label, op_name
+from ..errors import BackendError, GraphError
+
+def new_context(mem_bytes: int) -> int:
+    """A metadata-only ggml context (tensor data lives in backend buffers)."""
+    params = lib.ggml_init_params(mem_size=int(mem_bytes), mem_buffer=None, no_alloc=True)
+    ctx = lib.ggml_init(params)
+    if not ctx:
+        raise GraphError(f"ggml_init failed for a {mem_bytes >> 20} MB context")
+    return ctx
+
+
+class WeightBuffer:
+    """A context of weight tensors and the one backend buffer that holds their data."""
+
+    def __init__(self, backend: Backend, n_tensors: int):
+        self.ctx = new_context((n_tensors + 8) * lib.ggml_tensor_overhead())
+        self.buffer = 0
+        self.backend = backend
+
+    def new_tensor(self, ggml_type: int, ne: tuple[int, ...]):
+        return binding.new_tensor(self.ctx, ggml_type, ne)
+
+    def allocate(self) -> int:
+        self.buffer = lib.ggml_backend_alloc_ctx_tensors(self.ctx, self.backend.handle)
+        if not self.buffer:
+            raise BackendError("could not allocate the weight buffer on the backend")
+        return int(lib.ggml_backend_buffer_get_size(self.buffer))
+
+    def free(self) -> None:
+        """Idempotent; each handle is cleared before it is freed, so an interrupt between
+        the two can never lead to a second free."""
+        buffer, self.buffer = self.buffer, 0
+        if buffer:
+            lib.ggml_backend_buffer_free(buffer)
+        ctx, self.ctx = self.ctx, 0
+        if ctx:
+            lib.ggml_free(ctx)
+
+
+def blas_single_threaded():
+    """Held around every compute: the BLAS kernels' sgemms must not go threaded (kernels.Blas)."""
+    return kernels.BLAS.single_threaded() if kernels.BLAS is not None else contextlib.nullcontext()
+
+
+class Graph:
+    """One built graph: its metadata context, its own allocator, its inputs and outputs.
+
+    Each Graph has its own ``gallocr``: an allocator shared between cached graphs would
+    free memory that earlier graphs still point into when it grows.
+
+    Nodes the backend cannot run (``ggml_backend_supports_op``, or named in
+    ``backend.cpu_ops``) never reach the backend: the graph is then computed by a
+    ``ggml_backend_sched`` over the backend and a CPU backend of its own, with those nodes
+    pinned to the CPU (the scheduler copies their inputs across and their results back).
+    ``cpu_nodes`` counts them by op; a RuntimeWarning names them when the graph is built.
+    """
+
+    def __init__(self, backend: Backend, ctx_bytes: int, n_nodes: int = 16384):
+        self.backend = backend
+        self.ctx = new_context(ctx_bytes + lib.ggml_graph_overhead_custom(n_nodes, False))
+        self.gf = lib.ggml_new_graph_custom(self.ctx, n_nodes, False)
+        self.n_nodes = n_nodes
+        self.galloc = 0
+        self.sched = 0
+        self.cpu_helper: Backend | None = None
+        self.cpu_nodes: dict[str, int] = {}
+        self.builder = None
+        self.outputs: dict[str, Any] = {}
+        self.last_compute_s = 0.0  # time inside ggml compute on the last run
+
+    def build(self, fn: Callable, builder) -> None:
+        """Run ``fn(builder) -> {name: tensor}``, expand the graph and allocate it."""
+        self.builder = builder
+        outputs = fn(builder)
+        outputs = {**builder.stages, **outputs}  # stage tensors kept for dumps, if any
+        for name, t in outputs.items():
+            lib.ggml_set_output(t)
+            lib.ggml_build_forward_expand(self.gf, t)
+        self.outputs = dict(outputs)
+        if lib.ggml_graph_n_nodes(self.gf) >= self.n_nodes:
+            raise GraphError(f"graph has more than {self.n_nodes} nodes")
+        on_cpu = self._nodes_for_cpu()
+        if on_cpu:
+            self._allocate_scheduled(on_cpu)
+        else:
+            self.galloc = lib.ggml_gallocr_new(lib.ggml_backend_get_default_buffer_type(self.backend.handle))
+            if not self.galloc or not lib.ggml_gallocr_alloc_graph(self.galloc, self.gf):
+                raise GraphError("could not allocate the graph's compute buffer")
+        # An input no op reads gets no memory: uploading to it would abort in ggml.
+        builder.inputs[:] = [(t, a) for t, a in builder.inputs if t.contents.buffer]
+
+    def _nodes_for_cpu(self) -> list:
+        if self.backend.is_cpu and not self.backend.cpu_ops:
+            return []
+        nodes = (lib.ggml_graph_node(self.gf, i) for i in range(lib.ggml_graph_n_nodes(self.gf)))
+        return [node for node in nodes if not self.backend.runs(node)]
+
+    def _allocate_scheduled(self, on_cpu: list) -> None:
+        for node in on_cpu:
+            name = op_name(node)
+            self.cpu_nodes[name] = self.cpu_nodes.get(name, 0) + 1
+        summary = ", ".join(f"{op} x{n}" for op, n in sorted(self.cpu_nodes.items()))
+        self.cpu_helper = cpu_backend(self.backend.requested, None)
+        self.cpu_helper.set_threads(self.backend.n_threads if self.backend.is_cpu else default_threads())
+        handles = (ctypes.c_void_p * 2)(self.backend.handle, self.cpu_helper.handle)
+        # Hash-set size: nodes plus leafs (weights, inputs, views) of one graph, with room.
+        self.sched = lib.ggml_backend_sched_new(handles, None, 2, 4 * self.n_nodes, False, False)
+        if not self.sched:
+            raise GraphError("ggml_backend_sched_new failed")
+        for node in on_cpu:
+            lib.ggml_backend_sched_set_tensor_backend(self.sched, node, self.cpu_helper.handle)
+        if not lib.ggml_backend_sched_alloc_graph(self.sched, self.gf):
+            raise GraphError("could not allocate the scheduled graph's buffers")
+        warnings.warn(f"pyggml_codec: backend {self.backend.name} runs these ops on the CPU ({summary}); "
+                      f"graph splits: {self.n_splits}", RuntimeWarning, stacklevel=2)
+        self.builder.lowerings["cpu_ops"] = summary
+
+    @property
+    def n_splits(self) -> int:
+        """Graph splits between backends (1: the whole graph runs on one)."""
+        return int(lib.ggml_backend_sched_get_n_splits(self.sched)) if self.sched else 1
+
+    def node_backend(self, node) -> str:
+        """ggml's name of the backend that runs ``node``."""
+        if not self.sched:
+            return self.backend.device_name
+        handle = lib.ggml_backend_sched_get_tensor_backend(self.sched, node)
+        if handle and handle == self.cpu_helper.handle:
+            return lib.ggml_backend_name(handle).decode() + " (fallback)"
+        return lib.ggml_backend_name(handle).decode() if handle else self.backend.device_name
+
+    @property
+    def compute_bytes(self) -> int:
+        if self.sched:
+            return sum(int(lib.ggml_backend_sched_get_buffer_size(self.sched, b.handle))
+                       for b in (self.backend, self.cpu_helper))
+        return int(lib.ggml_gallocr_get_buffer_size(self.galloc, 0)) if self.galloc else 0
+
+    def _upload_inputs(self, fresh_inputs: dict[str, np.ndarray]) -> None:
+        for t, array in self.builder.inputs:
+            name = lib.ggml_get_name(t).decode()
+            binding.upload(t, fresh_inputs.get(name, array))
+
+    def run(self, fresh_inputs: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Upload every input (``fresh_inputs`` replace stored ones by name), compute, download."""
+        self._upload_inputs(fresh_inputs or {})
+        start = time.perf_counter()
+        with blas_single_threaded():
+            if self.sched:
+                status = lib.ggml_backend_sched_graph_compute(self.sched, self.gf)
+                lib.ggml_backend_sched_synchronize(self.sched)
+            else:
+                status = lib.ggml_backend_graph_compute(self.backend.handle, self.gf)
+        self.last_compute_s = time.perf_counter() - start
+        if status != 0:
+            raise GraphError(f"graph compute failed with ggml status {status}")
+        return {name: binding.download(t) for name, t in self.outputs.items()}
+
+    def profile(self) -> list[tuple[str, tuple[int, ...], float]]:
+        """(op, ne, seconds) of each node, computing one node at a time through graph views,
+        on the inputs the graph was built with (uploaded again first: the allocator reuses
+        input memory). For finding the dominant ops; the sum is a little above one compute.
+        Single-backend graphs only (a scheduled graph's nodes live on two backends)."""
+        if self.sched:
+            raise GraphError(f"per-node profile needs a graph on one backend; this one runs "
+                             f"{', '.join(self.cpu_nodes)} on the CPU")
+        self._upload_inputs({})
+        out = []
+        for i in range(lib.ggml_graph_n_nodes(self.gf)):
+            view = lib.ggml_graph_view(self.gf, i, i + 1)
+            node = lib.ggml_graph_node(self.gf, i)
+            start = time.perf_counter()
+            with blas_single_threaded():
+                status = lib.ggml_backend_graph_compute(self.backend.handle, ctypes.byref(view))
+            elapsed = time.perf_counter() - start
+            if status != 0:
+                raise GraphError(f"node {i} failed with ggml status {status}")
+            out.append((node_label(node), binding.ne(node), elapsed))
+        return out
+
+    def free(self) -> None:
+        """Idempotent; handles cleared before they are freed (see WeightBuffer.free)."""
+        galloc, self.galloc = self.galloc, 0
+        if galloc:
+            lib.ggml_gallocr_free(galloc)
+        sched, self.sched = self.sched, 0
+        if sched:
+            lib.ggml_backend_sched_free(sched)
+        helper, self.cpu_helper = self.cpu_helper, None
+        if helper is not None:
+            helper.free()
+        ctx, self.ctx = self.ctx, 0
+        if ctx:
+            lib.ggml_free(ctx)

@@ -1,0 +1,99 @@
+"""Lowering choices: which graph formulation of an op with alternatives a backend gets.
+
+Probed per backend (``ggml_backend_supports_op`` on tiny tensors), then overridden by
+``load(..., lowerings={...})``; ``Codec.plan`` shows the result.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from . import binding, buildinfo, graph, kernels
+from .binding import lib
+from .runtime import Backend
+from ..errors import BackendError, PerformanceWarning
+
+LOWERING_CHOICES = {
+    "mask": ("diag_mask_inf", "explicit"),
+    "conv_transpose": ("col2im", "ggml"),
+    "left_pad": ("pad_ext", "concat"),
+    "kernels": (True, False),
+    "attention": ("blocked", "full"),
+    "matmul": ("blas", "ggml"),
+    "conv": ("winograd", "taps", "im2col"),
+}
+
+
+def probe_ops(backend: Backend) -> dict[str, bool]:
+    """Which of the ops with alternative lowerings ``backend`` supports (tiny metadata graph)."""
+    ctx = graph.new_context(32 * lib.ggml_tensor_overhead())
+    try:
+
+        sq = binding.new_tensor(ctx, binding.TYPE_F32, (4, 4))
+        cols = binding.new_tensor(ctx, binding.TYPE_F32, (8, 4))
+        kern = binding.new_tensor(ctx, binding.TYPE_F32, (4, 2, 4))
+        probes = {
+            "diag_mask_inf": lib.ggml_diag_mask_inf(ctx, sq, 0),
+            "col2im_1d": lib.ggml_col2im_1d(ctx, cols, 2, 2, 0),
+            "pad_left": lib.ggml_pad_ext(ctx, sq, 1, 0, 0, 0, 0, 0, 0, 0),
+            "conv_transpose_1d": lib.ggml_conv_transpose_1d(ctx, kern, sq, 2, 0, 1),
+        }
+        return {name: backend.supports(t) for name, t in probes.items()}
+    finally:
+        lib.ggml_free(ctx)
+
+
+def choose_lowerings(backend: Backend, overrides: dict | None = None) -> dict:
+    """The graph-level lowering of each op with alternatives, for this backend.
+
+    Metal in ggml 0.15.3 has no DIAG_MASK_INF, no left padding and no COL2IM_1D; the C++
+    engine gives Metal explicit masks. ``overrides`` forces a choice (tests run every
+    lowering on the CPU backend against the reference).
+    """
+    support = probe_ops(backend)
+    blas = backend.is_cpu and kernels.BLAS is not None
+    plan = {
+        "mask": "diag_mask_inf" if support["diag_mask_inf"] and backend.name != "metal" else "explicit",
+        "conv_transpose": "col2im" if support["col2im_1d"] else "ggml",
+        "left_pad": "pad_ext" if support["pad_left"] else "concat",
+        "kernels": backend.is_cpu,
+        # Sliding-window attention in query blocks over overlapping strided key views: linear
+        # in length. Verified on the CPU; GPUs keep the full masked form (cheap there).
+        "attention": "blocked" if backend.is_cpu else "full",
+        # F32 products through the BLAS numpy ships (kernels.py): 1.2-3.8x ggml's F32 mul_mat
+        # on the CPU; F16 products stay with ggml.
+        "matmul": "blas" if blas else "ggml",
+        # The residual units' dilated convs (most of the FLOPs) by BLAS GEMMs over the signal
+        # in place instead of im2col columns: Winograd F(4,7), 10 GEMMs per 4 outputs instead
+        # of 28 ("taps": one per tap); f32 precision only.
+        "conv": "winograd" if blas else "im2col",
+    }
+    for key, value in (overrides or {}).items():
+        if key not in LOWERING_CHOICES or value not in LOWERING_CHOICES[key]:
+            choices = {k: list(v) for k, v in LOWERING_CHOICES.items()}
+            raise ValueError(f"unknown lowering {key}={value!r}; choices: {choices}")
+        if key == "kernels" and value and not backend.is_cpu:
+            raise ValueError("custom kernels run on the CPU backend only")
+        if key in ("matmul", "conv") and value in ("blas", "taps", "winograd"):
+            if not backend.is_cpu:
+                raise ValueError(f"{key}={value!r} runs on the CPU backend only (through the BLAS)")
+            if kernels.BLAS is None:
+                raise ValueError(f"BLAS matrix products unavailable: {kernels.BLAS_UNAVAILABLE_REASON}")
+        plan[key] = value
+    if not plan["kernels"]:  # the BLAS lowerings are compiled kernels too
+        for key, plain in (("matmul", "ggml"), ("conv", "im2col")):
+            if (overrides or {}).get(key, plain) != plain:
+                raise ValueError(f"{key}={overrides[key]!r} needs the compiled kernels (kernels=True)")
+            plan[key] = plain
+    if plan["conv_transpose"] == "ggml" and not support["conv_transpose_1d"]:
+        raise BackendError(f"backend {backend.name} supports neither COL2IM_1D nor CONV_TRANSPOSE_1D")
+    if backend.is_cpu and plan["kernels"]:  # kernels=False, or a plain matmul, is the user's choice
+        warn_slow_path(blas=not {"matmul", "conv"} & set(overrides or {}))
+    return plan
+
+
+def warn_slow_path(blas: bool = True) -> None:
+    """A PerformanceWarning when the CPU would run the slow path unasked."""
+    reason = buildinfo.slow_path_reason(blas)
+    if reason:
+        warnings.warn(reason, PerformanceWarning, stacklevel=4)

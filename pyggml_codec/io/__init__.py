@@ -1,0 +1,2 @@
+"""File formats: audio (``audio``), code files (``codefiles``), stage dumps (``dumps``), and
+atomic writes (``fileio``)."""
