@@ -41,11 +41,12 @@ __all__ = [
 ]
 
 # The flat module paths of 0.1 (pyggml_codec.audio, .codefiles, .kernels, ...) still import: each
-# names the module that now holds its code, the same module object.
+# names the module that now holds its code, the same module object. (pyggml_codec.model is now
+# the folder; it hands on the old module's names.)
 _MOVED = {
     "audio": "io.audio", "codefiles": "io.codefiles", "diagnostics": "io.dumps", "compare": "tools.compare",
     "bench": "tools.bench", "demo": "tools.demo", "convert": "model.convert", "config": "model.config",
-    "gguf_file": "model.gguf_file", "weights": "model.weights", "model": "model.loader", "kernels": "backend.kernels",
+    "gguf_file": "model.gguf_file", "weights": "model.weights", "kernels": "backend.kernels",
     "runtime": "backend.runtime", "winograd": "backend.winograd", "ops": "graphs.ops", "convs": "graphs.convs",
     "transformer": "graphs.transformer", "seanet": "graphs.seanet", "quantizer": "graphs.quantizer",
 }

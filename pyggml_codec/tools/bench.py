@@ -159,10 +159,10 @@ def _time(codec, call: Callable[[], Any], repeats: int, kinds: tuple[str, ...]) 
 def _run_backend(name: str, model: Path, seconds: float, ref: dict[str, np.ndarray] | None,
                  repeats: int, precision: str, n_threads: int | None) -> tuple[BackendRow, dict[str, np.ndarray]]:
     """One backend's row; ``ref`` (None for the CPU run) holds the CPU's audio, codes and wave."""
-    import pyggml_codec
+    from ..api import load
 
     row = BackendRow(name)
-    with pyggml_codec.load(model, backend=name, strict_backend=True, precision=precision,
+    with load(model, backend=name, strict_backend=True, precision=precision,
                            n_threads=n_threads) as codec:
         row.device = codec._live().backend.device_name
         rate = codec.sample_rate
