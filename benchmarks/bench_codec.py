@@ -319,9 +319,12 @@ def main(argv=None) -> int:
                 key = f"{engine}-{mode}-{seconds}s"
                 rss[key] = measure_rss(engine, paths["f16"], float(seconds), mode)
                 print(f"peak RSS {key}: {rss[key]:.0f} MB", flush=True)
-    blas = pyggml_codec.kernels.BLAS
-    machine = (f"{os.cpu_count()} cores, {os.uname().machine}, llamafile={pyggml_codec.backend.binding.has_llamafile()}, "
-               f"blas={os.path.basename(blas.path) if blas else 'none'}")
+    from pyggml_codec.backend import binding, kernels
+
+    blas = kernels.BLAS
+    isa = [f for f in ("AVX512", "AVX2") if f in binding.cpu_features()][:1] or ["no AVX2"]
+    machine = (f"{os.cpu_count()} cores, {os.uname().machine}, ggml ISA {isa[0]}, llamafile={binding.has_llamafile()}, "
+               f"blas={os.path.basename(blas.path) + ' (' + str(blas.describe().get('corename')) + ')' if blas else 'none'}")
     report = {"machine": machine, "rows": rows, "peak_rss_mb": rss}
     (args.out / "bench.json").write_text(json.dumps(report, indent=2))
     rss_lines = "\n".join(f"| {k} | {v:.0f} |" for k, v in rss.items())
