@@ -140,6 +140,9 @@ INTERRUPT_SCRIPT = '''
 # speed (a hook on the N-th call of a stage), so it always lands inside the call: mid graph
 # build, after the encoder graph's compute, before the quantizer graph's, in the host VQ.
 import _thread, functools, os, signal, sys, numpy as np, pyggml_codec
+# A job started in the background by a non-interactive shell inherits SIGINT ignored, and Python
+# then leaves it so (interrupt_main does nothing): install Python's own handler, as a terminal has.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from pyggml_codec.graphs import ops
 from pyggml_codec.model import vq
 from pyggml_codec.backend import graph as runtime  # Graph lives in backend.graph
