@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from . import convs, ops
 from ..model.config import CONVNEXT_LN_EPS, CodecConfig
-from ..model.vq import stage_prefixes
+from ..model.vq import VQStage, l2_normalize, residual_quantize, stage_prefixes  # noqa: F401  (0.1's quantizer names)
 from .ops import Builder, Tensor
 
 
