@@ -25,6 +25,7 @@ U64_MAX = 2**64 - 1
 FIRST = "encoder.block.0.conv.weight"  # the first tensor of the tiny file
 SECOND = "encoder.block.0.conv.bias"
 WQKV = "quantizer.pre_module.layers.0.attention.wqkv.weight"  # ne [64, 192]: Q8_0-compatible
+NORM = "quantizer.pre_module.layers.0.attention_norm.weight"  # ne [64]
 CODEBOOK = "quantizer.semantic_quantizer.quantizers.0.codebook.weight"  # ne [8, 64]
 
 
@@ -219,8 +220,12 @@ CODEC = [
          r"missing tensor decoder.model.0.conv.weight \(expected shape \[64, 64, 7\]\)"),
     Case("tensor_wrong_shape", edit(_set_tensor(CODEBOOK, ne=[64, 8])), TensorError,
          rf"{CODEBOOK} has shape \[8, 64\], expected \[64, 8\]"),
-    Case("tensor_q8_0", edit(_set_tensor(WQKV, ggml_type=gc.Q8_0, data=bytes(64 * 192 // 32 * 34))), TensorError,
-         f"{WQKV} has unsupported Q8_0; F32 or F16 expected"),
+    # A Q8_0 matrix is a quantized file's (pyggml-codec quantize); Q4_0 is no type this library
+    # takes, and a quantized vector no role that may be quantized.
+    Case("tensor_q4_0", edit(_set_tensor(WQKV, ggml_type=2, data=bytes(64 * 192 // 32 * 18))), TensorError,
+         f"{WQKV} has unsupported Q4_0; F32 or F16 expected"),
+    Case("tensor_q8_0_vector", edit(_set_tensor(NORM, ggml_type=gc.Q8_0, data=bytes(64 // 32 * 34))), TensorError,
+         f"{NORM} is Q8_0; quantized types are accepted for the transformer and ConvNeXt matrices only"),
     Case("tensor_bf16", edit(_set_tensor(WQKV, ggml_type=gc.BF16, data=bytes(64 * 192 * 2))), TensorError,
          "has unsupported BF16"),
     Case("tensor_i32", edit(_set_tensor(SECOND, ggml_type=26)), TensorError, "has unsupported I32"),

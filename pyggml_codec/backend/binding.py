@@ -155,9 +155,43 @@ def set_name(tensor, name: str) -> None:
     lib.ggml_set_name(tensor, encoded)
 
 
+# ggml's quantized types this library writes and loads (block-wise weights for matrix products)
+QUANT_TYPES = {lib.GGML_TYPE_Q8_0: "Q8_0", lib.GGML_TYPE_Q6_K: "Q6_K", lib.GGML_TYPE_Q5_K: "Q5_K",
+               lib.GGML_TYPE_Q4_K: "Q4_K"}
+
+
+def block_size(ggml_type: int) -> int:
+    """Elements per block of ``ggml_type`` (1 for F32 / F16, 32 or 256 for quantized types)."""
+    return int(lib.ggml_blck_size(ggml_type))
+
+
+def quantize_rows(rows: np.ndarray, ggml_type: int) -> np.ndarray:
+    """``rows`` (float32, (n_rows, n_per_row), n_per_row a multiple of the block size) in
+    ggml's ``ggml_type`` blocks, as raw bytes: what ``ggml_quantize_chunk`` writes, the same
+    function llama.cpp's quantizer calls."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    n_rows, n_per_row = rows.shape
+    if ggml_type not in QUANT_TYPES:
+        raise ValueError(f"not a quantized type this library writes: {ggml_type}")
+    if n_per_row % block_size(ggml_type):
+        raise ValueError(f"rows of {n_per_row} are not a multiple of {QUANT_TYPES[ggml_type]}'s "
+                         f"block of {block_size(ggml_type)}")
+    if lib.ggml_quantize_requires_imatrix(ggml_type):  # pragma: no cover - none of QUANT_TYPES does
+        raise ValueError(f"{QUANT_TYPES[ggml_type]} needs an importance matrix")
+    out = np.empty(int(lib.ggml_row_size(ggml_type, n_per_row)) * n_rows, dtype=np.uint8)
+    floats = ctypes.POINTER(ctypes.c_float)
+    lib.ggml_quantize_init(ggml_type)
+    written = lib.ggml_quantize_chunk(ggml_type, rows.ctypes.data_as(floats), out.ctypes.data_as(ctypes.c_void_p),
+                                      0, n_rows, n_per_row, ctypes.cast(None, floats))
+    if int(written) != out.nbytes:  # pragma: no cover - ggml's own size contract
+        raise RuntimeError(f"ggml_quantize_chunk wrote {written} bytes, expected {out.nbytes}")
+    return out
+
+
 def upload(tensor, array: np.ndarray) -> None:
-    """Copy a numpy array into a backend tensor (any backend). Sizes are checked first."""
-    want = NP_DTYPES[tensor_type(tensor)]
+    """Copy a numpy array into a backend tensor (any backend). Sizes are checked first;
+    a quantized tensor takes its raw bytes (uint8)."""
+    want = NP_DTYPES.get(tensor_type(tensor), np.uint8)
     data = np.ascontiguousarray(array, dtype=want)
     nbytes = int(lib.ggml_nbytes(tensor))
     if data.nbytes != nbytes:

@@ -16,6 +16,7 @@ from ..model.config import CodecConfig
 from ..errors import ModelFileError
 from ..model.gguf_file import ModelFile
 from ..model.loader import codec_prefix
+from ..model.quantize import TYPE_KEY as QUANT_KEY
 from ..backend.buildinfo import build_info, format_build_info
 from ..backend.runtime import available_backends, devices
 from ..model.weights import PARTS, check_tensors, expected_tensors, ffn_width_reader
@@ -36,6 +37,9 @@ def model_info(path: Path) -> dict[str, Any]:
         part_bytes["all"] += info.nbytes
         for part in spec.parts:
             part_bytes[part] += info.nbytes
+    groups: dict[str, Counter] = {}
+    for name, t in codec_tensors.items():
+        groups.setdefault(_group(name[len(prefix):]), Counter())[t.type_name] += 1
     types = Counter(t.type_name for t in codec_tensors.values())
     type_bytes = Counter()
     for t in codec_tensors.values():
@@ -54,9 +58,17 @@ def model_info(path: Path) -> dict[str, Any]:
         "tensors": {"in_file": len(mf.tensors), "codec": len(codec_tensors), "expected": len(specs)},
         "bytes_per_part": part_bytes,
         "dtypes": {name: {"tensors": n, "bytes": type_bytes[name]} for name, n in sorted(types.items())},
+        "dtypes_per_group": {g: dict(sorted(c.items())) for g, c in sorted(groups.items())},
+        "quantization": mf.metadata[QUANT_KEY].value if QUANT_KEY in mf.metadata else None,
         "loadable": problem is None,
         "problem": problem,
     }
+
+
+def _group(name: str) -> str:
+    """A tensor's group for ``info``: "quantizer.post_module", "encoder", "decoder", ..."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "quantizer" else parts[0]
 
 
 def _config_dict(cfg: CodecConfig) -> dict[str, Any]:
@@ -92,6 +104,8 @@ def format_info(info: dict[str, Any]) -> str:
          f"{info['tensors']['expected']} expected)"),
         "  bytes            " + ", ".join(f"{p} {_mb(n)}" for p, n in info["bytes_per_part"].items()),
         "  dtypes           " + ", ".join(f"{t}: {v['tensors']} tensors, {_mb(v['bytes'])}" for t, v in info["dtypes"].items()),
+        *[f"    {g:<22} " + ", ".join(f"{t} x{n}" for t, n in c.items()) for g, c in info["dtypes_per_group"].items()],
+        *([f"  quantization     {info['quantization']} (pyggml-codec quantize)"] if info["quantization"] else []),
         "  loadable         " + ("yes" if info["loadable"] else f"NO: {info['problem']}"),
     ]
     return "\n".join(lines)

@@ -6,6 +6,7 @@
     pyggml-codec encode DIR -m MODEL.gguf -o OUTDIR          (mirrors the tree; decode too)
     pyggml-codec info MODEL.gguf [--json]
     pyggml-codec convert SRC.pth OUT.gguf | convert --extract MERGED.gguf OUT.gguf
+    pyggml-codec quantize IN.gguf OUT.gguf --type q8_0      (or q6_k)
     pyggml-codec backends [--json]
     pyggml-codec doctor [--json]                            (ggml build, kernels, BLAS)
     pyggml-codec demo                                       (no model needed)
@@ -144,6 +145,17 @@ def _add_tool_commands(sub, common, backend) -> None:
     conv.add_argument("--force", action="store_true", help="overwrite OUT")
     conv.set_defaults(func=cmd_convert)
 
+    quant = sub.add_parser("quantize", parents=[common],
+                           help="rewrite a codec GGUF with its matrices quantized (Q8_0, Q6_K)")
+    quant.add_argument("src", type=Path, metavar="IN.gguf", help="codec GGUF (F16 or F32; merged or codec-only)")
+    quant.add_argument("out", type=Path, metavar="OUT.gguf", help="quantized file to write")
+    quant.add_argument("--type", dest="qtype", default="q8_0", metavar="TYPE",
+                       help="q8_0 (default) or q6_k (q5_k, q4_k: measured and rejected, see the README)")
+    quant.add_argument("--keep", action="append", default=[], metavar="GLOB",
+                       help="leave matrices whose file name matches as stored (repeatable)")
+    quant.add_argument("--force", action="store_true", help="overwrite OUT")
+    quant.set_defaults(func=cmd_quantize)
+
     demo = sub.add_parser("demo", parents=[common, backend], help="run a tiny random-weight model (no files needed)")
     demo.add_argument("-o", "--output-dir", type=Path, default=None, help="where to write (default: a new temp folder)")
     demo.add_argument("--seconds", type=_positive_float, default=2.0, help="length of the test signal (default 2)")
@@ -202,6 +214,23 @@ def cmd_convert(args: argparse.Namespace) -> int:
         args.out = out
     if not args.quiet:
         print(out)
+    return 0
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from ..model.quantize import parse_type, quantize_file
+
+    parse_type(args.qtype)  # an unknown --type fails before anything is read
+    if not args.src.is_file():
+        raise CliError(f"{args.src}: no such model file")
+    if args.out.exists() and not args.force:
+        raise CliError(f"{args.out} exists (use --force to overwrite)")
+    if args.out.resolve() == args.src.resolve():
+        raise CliError("OUT must differ from IN")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    report = quantize_file(args.src, args.out, args.qtype, tuple(args.keep))
+    if not args.quiet:
+        print(report.summary())
     return 0
 
 

@@ -48,7 +48,8 @@ class CodecGraphs:
                            keep_stages=keep_stages, snake_kernel=fast_cpu, im2col_kernel=fast_cpu,
                            conv_transpose=plan["conv_transpose"], left_pad=plan["left_pad"],
                            attention=plan["attention"], matmul=plan["matmul"] if fast_cpu else "ggml",
-                           conv=layout if layout != "conv" and fast_cpu else "im2col", ru_weights=layout)
+                           conv=layout if layout != "conv" and fast_cpu else "im2col", ru_weights=layout,
+                           quantized=plan.get("quantized", "native"))
 
     @staticmethod
     def codes_feed(codes: np.ndarray) -> dict[str, np.ndarray]:

@@ -77,6 +77,8 @@ class Builder:
     conv: str = "im2col"  # residual-unit convs as a BLAS GEMM per tap ("taps") or by Winograd
     # F(4,7) ("winograd"), over the signal in place (CPU, f32)
     ru_weights: str = "conv"  # layout of the residual-unit conv weights: "conv", "taps", "winograd"
+    quantized: str = "native"  # products with a quantized weight: ggml's quantized kernel ("native",
+    # activations quantized too) or the weight dequantized in the graph, an F32 product ("dequantize")
 
     @property
     def f16_convs(self) -> bool:
@@ -122,9 +124,16 @@ def mul_mat(g: Builder, a: Tensor, b: Tensor) -> Tensor:
         raise ValueError(f"mul_mat of ne {list(sa)} and {list(sb)}")
     if binding.tensor_type(a) == F32 and binding.tensor_type(b) == F16:
         raise ValueError("mul_mat with F32 src0 and F16 src1 is not supported by ggml")
+    kind = None
+    if binding.tensor_type(a) in binding.QUANT_TYPES:
+        kind = binding.QUANT_TYPES[binding.tensor_type(a)]
+        if g.quantized == "dequantize":  # a transient F32 copy: F32 activations, the BLAS on the CPU
+            a, kind = lib.ggml_cast(g.ctx, a, F32), f"{kind}-dequantized"
     blas = g.matmul == "blas" and kernels.mul_mat_blas_supported(a, b)
     used = set(g.lowerings.get("matmul", "").split("+")) - {""}
     g.lowerings["matmul"] = "+".join(sorted(used | {"blas" if blas else "ggml"}))
+    if kind is not None:
+        g.lowerings["quantized"] = kind
     return kernels.mul_mat_blas(g.ctx, a, b) if blas else lib.ggml_mul_mat(g.ctx, a, b)
 
 

@@ -8,6 +8,7 @@ the host allocated (``host_tensors``) are never freed here, and must outlive the
 from __future__ import annotations
 
 import logging
+import warnings
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -15,6 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..backend import binding
+from ..backend.binding import QUANT_TYPES
 from ..backend.graph import WeightBuffer
 from ..backend.lowerings import choose_lowerings
 from ..backend.runtime import Backend
@@ -89,6 +91,7 @@ def load_model(source: Any, backend: Backend, parts: str, precision: str,
         config = CodecConfig.from_metadata(mf.metadata)
         specs = expected_tensors(config, ffn_width_reader(mf, prefix))
         check_tensors(mf, specs, prefix)
+        _warn_quantized_s2cpp(mf, prefix, precision)
         model = LoadedModel(config=config, backend=backend, parts=parts, source=mf.source,
                             plan=choose_lowerings(backend, lowerings))
         wanted = [s for s in specs if (parts == "all" or parts in s.parts) and s.role != "host"]
@@ -104,6 +107,17 @@ def load_model(source: Any, backend: Backend, parts: str, precision: str,
             model.buffer.free()
         backend.free()
         raise
+
+
+def _warn_quantized_s2cpp(mf: ModelFile, prefix: str, precision: str) -> None:
+    """s2cpp mode exists to reproduce the C++ engine's F16 rounding; on a quantized file that
+    reproduction is not established (the engine's quantized path was never compared)."""
+    quantized = [n for n, t in mf.tensors.items() if n.startswith(prefix) and t.ggml_type in QUANT_TYPES]
+    if precision == "s2cpp" and quantized:
+        warnings.warn(f"{mf.source}: precision='s2cpp' on a quantized file ({len(quantized)} quantized matrices, "
+                      f"e.g. {quantized[0]}): parity with the C++ engine is not established for quantized "
+                      f"weights; the products run on ggml's quantized kernels either way", RuntimeWarning,
+                      stacklevel=4)
 
 
 def _usable_in_place(tensor: Any, ggml_type: int, shape: tuple[int, ...]) -> bool:

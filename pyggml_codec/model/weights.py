@@ -8,7 +8,9 @@ tensors. Roles decide how a tensor is held on the backend:
 * ``conv_ru`` the residual units' dilated convs: as ``conv``, except where the plan runs them
   by BLAS GEMMs (``ru_layout``): per tap, F32 re-laid to ne [Cin, Cout, K], a matrix per tap;
   or Winograd F(4,7), the 10 transformed matrices ne [Cin, Cout, 10] (winograd.WINOGRAD);
-* ``linear`` transformer / ConvNeXt matrices: F32 in "f32" mode, as stored in "s2cpp";
+* ``linear`` transformer / ConvNeXt matrices: F32 in "f32" mode, as stored in "s2cpp"; the only
+  role a quantized type (Q8_0, Q6_K, Q5_K, Q4_K; ``pyggml-codec quantize``) may take, and then it is
+  held as stored in both modes (ggml's quantized products);
 * ``convT``  conv-transpose weights, F32, re-laid to ne [Cin, K, Cout] for one GEMM;
 * ``f32``    vectors, codebooks, depthwise kernels, VQ out_proj: F32;
 * ``host``   VQ in_proj: numpy only (the encode VQ runs on the host).
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..backend.binding import QUANT_TYPES
 from ..backend.winograd import WINOGRAD
 from ..errors import TensorError
 from .config import RESIDUAL_DILATIONS, CodecConfig, TransformerConfig
@@ -184,8 +187,12 @@ def check_tensors(mf: ModelFile, specs: list[TensorSpec], prefix: str) -> None:
         info = mf.tensors.get(prefix + s.name)
         if info is None:
             raise TensorError(f"{mf.source}: missing tensor {prefix + s.name} (expected shape {list(s.shape)})")
-        if info.ggml_type not in FLOAT_TYPES:
-            raise TensorError(f"{mf.source}: tensor {info.name} has unsupported {info.type_name}; F32 or F16 expected")
+        if info.ggml_type in QUANT_TYPES and s.role != "linear":
+            raise TensorError(f"{mf.source}: tensor {info.name} is {info.type_name}; quantized types are accepted "
+                              f"for the transformer and ConvNeXt matrices only, this one must be F32 or F16")
+        if info.ggml_type not in FLOAT_TYPES and info.ggml_type not in QUANT_TYPES:
+            raise TensorError(f"{mf.source}: tensor {info.name} has unsupported {info.type_name}; F32 or F16 expected "
+                              f"(or, for matrices, one of {', '.join(QUANT_TYPES.values())})")
         if not _shape_matches(info.shape, s):
             raise TensorError(
                 f"{mf.source}: tensor {info.name} has shape {list(info.shape)}, expected {list(s.shape)}"
@@ -212,6 +219,8 @@ def ru_layout(plan: dict, precision: str) -> str:
 def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, precision: str, plan: dict) -> np.ndarray:
     """The tensor as it is held on the backend (dtype and layout per role), numpy order."""
     info = mf.tensors[prefix + spec.name]
+    if info.ggml_type in QUANT_TYPES:  # raw blocks, uploaded as stored (check_tensors: matrices only)
+        return np.asarray(info.data)
     data = np.asarray(info.data).reshape(spec.shape)
     if spec.role == "convT" and plan["conv_transpose"] == "col2im":  # (Cin, Cout, K) -> (Cout, K, Cin): ne [Cin, K, Cout]
         return np.ascontiguousarray(data.astype(np.float32).transpose(1, 2, 0))
@@ -228,6 +237,8 @@ def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, precision: str, 
 
 def backend_layout(spec: TensorSpec, file_type: int, precision: str, plan: dict) -> tuple[int, tuple[int, ...]]:
     """(ggml type, numpy shape) of the tensor as ``backend_array`` makes it, without reading data."""
+    if file_type in QUANT_TYPES:
+        return file_type, spec.shape
     if spec.role == "convT" and plan["conv_transpose"] == "col2im":
         cin, cout, k = spec.shape
         return 0, (cout, k, cin)
