@@ -8,30 +8,28 @@ atomically. In directory mode a bad file is reported and skipped; the command th
 from __future__ import annotations
 
 import argparse
-import hashlib
-import os
 import sys
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from .._version import __version__
 from ..api import load
-from ..io.audio import audio_format, read_audio, resample, write_audio
+from ..io.audio import audio_format, write_audio
 from ..codec import Codec
 from ..io.codefiles import EXTENSIONS as CODE_EXTENSIONS
-from ..io.codefiles import CodeFile, format_of, read_codes, write_codes
+from ..io.codefiles import CodeFile, format_of, read_codes
 from ..model.config import CodecConfig
 from ..errors import CodecError
-from ..inputs import MAX_DECODE_FRAMES, MAX_ENCODE_SECONDS
+from ..inputs import MAX_DECODE_FRAMES
+from ..tools.corpus import (  # noqa: F401  (AUDIO_EXTENSIONS, file_sha256, to_model_rate: part of this module's face)
+    AUDIO_EXTENSIONS, Audio, Progress, Summary, encode_file, file_sha256, plan_batch, read_input_audio, run_encode, to_model_rate,
+    walk,
+)
 
-AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff", ".au", ".caf", ".w64", ".rf64")
 USER_ERRORS = (CodecError, OSError, ValueError, ImportError)
 DECODE_CHUNK_FRAMES = 256  # chunk length for inputs past the one-shot limit (exact: stateful stream)
-ENCODE_CHUNK_SECONDS = 10.0
 
 
 class CliError(Exception):
@@ -40,46 +38,6 @@ class CliError(Exception):
     def __init__(self, message: str, status: int = 1):
         super().__init__(message)
         self.status = status
-
-
-@dataclass
-class Summary:
-    """What one encode or decode did, for the one-line report."""
-
-    label: str
-    audio_seconds: float
-    frames: int
-    wall: float
-    backend: str
-
-    def line(self) -> str:
-        speed = self.audio_seconds / self.wall if self.wall > 0 else float("inf")
-        return (f"{self.label}: {self.audio_seconds:.2f} s audio, {self.frames} frames, {self.wall:.3f} s, "
-                f"{speed:.1f}x real time, backend {self.backend}")
-
-
-class Progress:
-    """A one-line progress bar on stderr (no dependency); silent unless enabled."""
-
-    def __init__(self, total: int, enabled: bool, width: int = 28):
-        self.total, self.enabled, self.width, self.done = total, enabled and total > 0, width, 0
-
-    def step(self, label: str) -> None:
-        self.done += 1
-        if self.enabled:
-            filled = self.width * self.done // self.total
-            bar = "#" * filled + "." * (self.width - filled)
-            sys.stderr.write(f"\r[{bar}] {self.done}/{self.total} {label[-40:]:<40}")
-            sys.stderr.flush()
-
-    def note(self, text: str) -> None:
-        """Print a line above the bar."""
-        sys.stderr.write(("\r\033[K" if self.enabled else "") + text + "\n")
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
 
 
 def progress_enabled(args: argparse.Namespace) -> bool:
@@ -140,14 +98,6 @@ def load_codec(args: argparse.Namespace, parts: str) -> Codec:
                 precision=args.precision, parts=parts, strict_backend=args.strict_backend)
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def check_compatible(cf: CodeFile, cfg: CodecConfig, path: Path) -> None:
     """The code file was made for a model of this layout (count, sizes, rate, frame)."""
     if cf.n_codebooks != cfg.n_codebooks:
@@ -160,13 +110,6 @@ def check_compatible(cf: CodeFile, cfg: CodecConfig, path: Path) -> None:
     spf = cf.meta.get("samples_per_frame")
     if spf is not None and spf != cfg.samples_per_frame:
         raise CliError(f"{path}: {spf} samples per frame, the model has {cfg.samples_per_frame}")
-
-
-def run_encode(codec: Codec, x: np.ndarray, pad_to: str) -> np.ndarray:
-    """One-shot encode, or the chunked one (same codes) past the one-shot length limit."""
-    if x.shape[0] > MAX_ENCODE_SECONDS * codec.config.sample_rate and hasattr(codec, "encode_chunked"):
-        return codec.encode_chunked(x, chunk_seconds=ENCODE_CHUNK_SECONDS, pad_to=pad_to)
-    return codec.encode(x, pad_to=pad_to)
 
 
 def run_decode(codec: Codec, codes: np.ndarray, progress: bool = False) -> np.ndarray:
@@ -187,36 +130,9 @@ def run_decode(codec: Codec, codes: np.ndarray, progress: bool = False) -> np.nd
 # --------------------------------------------------------------------------- one file
 
 
-@dataclass
-class Audio:
-    samples: np.ndarray  # (n,) float32 at the model's rate once prepared
-    rate: int
-    channels: int
-    path: Path
-
-
-def read_input_audio(path: Path) -> Audio:
-    x, rate, channels = read_audio(path)
-    return Audio(x, rate, channels, path)
-
-
-def to_model_rate(audio: Audio, cfg: CodecConfig, method: str) -> np.ndarray:
-    if audio.rate == cfg.sample_rate:
-        return audio.samples
-    return resample(audio.samples, audio.rate, cfg.sample_rate, method)
-
-
 def encode_audio(codec: Codec, audio: Audio, dst: Path, args: argparse.Namespace, sha: str) -> Summary:
-    cfg = codec.config
-    x = to_model_rate(audio, cfg, args.resample)
-    start = time.perf_counter()
-    codes = run_encode(codec, x, args.pad_to)
-    wall = time.perf_counter() - start
-    meta = {"pad_to": args.pad_to, "model_sha256": sha, "library_version": __version__,
-            "codebook_sizes": cfg.quantizer.codebook_sizes, "samples_per_frame": cfg.samples_per_frame}
-    write_codes(dst, CodeFile(codes, sample_rate=cfg.sample_rate, n_samples=int(x.shape[0]),
-                              transcript=args.transcript, meta=meta))
-    return Summary(f"encoded {audio.path} -> {dst}", x.shape[0] / cfg.sample_rate, codes.shape[1], wall, codec.backend_name)
+    return encode_file(codec, audio, dst, sha=sha, pad_to=args.pad_to, resample_method=args.resample,
+                       transcript=args.transcript)
 
 
 def decode_codes(codec: Codec, cf: CodeFile, src: Path, dst: Path, args: argparse.Namespace) -> Summary:
@@ -232,35 +148,6 @@ def decode_codes(codec: Codec, cf: CodeFile, src: Path, dst: Path, args: argpars
 
 
 # --------------------------------------------------------------------------- directory mode
-
-
-def walk(root: Path, extensions: Iterable[str]) -> list[Path]:
-    """Files under ``root`` whose extension is one of ``extensions``, sorted, hidden ones skipped."""
-    exts = {e.lower() for e in extensions}
-    found = []
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found += [Path(folder) / f for f in sorted(files) if not f.startswith(".") and Path(f).suffix.lower() in exts]
-    return found
-
-
-def plan_batch(src_root: Path, dst_root: Path, extensions: Iterable[str], out_ext: str,
-               force: bool) -> tuple[list[tuple[Path, Path]], list[Path], list[tuple[Path, str]]]:
-    """(work pairs, skipped existing outputs, failures) for mirroring ``src_root`` into ``dst_root``."""
-    if dst_root.exists() and not dst_root.is_dir():
-        raise CliError(f"{dst_root}: output must be a directory when the input is one")
-    work, skipped, failed, seen = [], [], [], {}
-    for src in walk(src_root, extensions):
-        dst = dst_root / src.relative_to(src_root).with_suffix(out_ext)
-        if dst in seen:
-            failed.append((src, f"output {dst} also comes from {seen[dst]}"))
-            continue
-        seen[dst] = src
-        if dst.exists() and not force:
-            skipped.append(dst)
-        else:
-            work.append((src, dst))
-    return work, skipped, failed
 
 
 def run_batch(args: argparse.Namespace, plan, parts: str, one: Callable[[Codec, Path, Path], Summary]) -> int:
