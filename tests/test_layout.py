@@ -15,6 +15,7 @@ PKG = Path(pyggml_codec.__file__).resolve().parent
 # Layers from the top: a module may import its own layer's modules and any layer below.
 LAYERS = [
     {"__main__", "cli"},
+    {"dataset"},
     {"tools"},
     {"api"},
     {"codec"},

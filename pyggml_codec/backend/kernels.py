@@ -194,7 +194,7 @@ def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None):
     matrices ``w`` (contiguous F32 ne ``[Cin, Cout, K]``): CF ``[L, Cout]``, one sgemm per tap
     and no im2col. ``prev`` (F32 ne ``[(K-1)*dilation, Cin]``): the carried left context,
     read in place where the zeros of causal padding stand. ``keep`` outlives the graph."""
-    cin, cout = int(w.contents.ne[0]), int(w.contents.ne[1])
+    cout = int(w.contents.ne[1])
     chunk = max(64, CONV_CHUNK_BYTES // (4 * cout) // 16 * 16)
     params = np.concatenate([BLAS.params, np.array([k, dilation, chunk, CONV_MIN_COLUMNS, CONV_MIN_CHANNELS,
                                                     CONV_SPLIT_CHANNELS_BELOW], dtype=np.int64)])

@@ -189,6 +189,10 @@ def run_batch(args: argparse.Namespace, plan, parts: str, one: Callable[[Codec, 
 def cmd_encode(args: argparse.Namespace) -> int:
     check_input(args.input)
     check_model_path(args.model)
+    if getattr(args, "ray", None) is not None:
+        if not args.input.is_dir():
+            raise CliError("--ray encodes a directory (a corpus), not one file", status=2)
+        return run_ray(args)
     if args.input.is_dir():
         kind = args.format
         if args.transcript is not None:
@@ -205,6 +209,26 @@ def cmd_encode(args: argparse.Namespace) -> int:
     with load_codec(args, "encode") as codec:
         report(args, encode_audio(codec, audio, args.output, args, sha).line())
     return 0
+
+
+def run_ray(args: argparse.Namespace) -> int:
+    """``encode CORPUS -o OUT --ray [ADDRESS]``: the Ray Data corpus job; 1 when any file failed."""
+    from ..dataset import CorpusJob, encode_corpus
+
+    if args.transcript is not None:
+        raise CliError("--transcript applies to one file, not a directory", status=2)
+    job = CorpusJob(args.input, args.output, args.model, fmt=args.format, pad_to=args.pad_to, resample=args.resample,
+                    precision=args.precision, backend="cpu" if args.backend == "auto" else args.backend,
+                    actors=args.actors, threads_per_actor=args.threads or 1, gpus_per_actor=args.gpus_per_actor,
+                    force=args.force)
+    show = None if args.quiet or not (args.verbose or progress_enabled(args)) else (lambda line: print(line, file=sys.stderr))
+    result = encode_corpus(job, address=args.ray or None, progress=show)
+    for row in result.rows:
+        if row["status"] == "failed":
+            print(f"pyggml-codec: error: {row['error'] if row['path'] in row['error'] else row['path'] + ': ' + row['error']}",
+                  file=sys.stderr)
+    report(args, result.summary())
+    return 1 if result.count("failed") else 0
 
 
 def cmd_decode(args: argparse.Namespace) -> int:

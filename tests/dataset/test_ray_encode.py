@@ -1,0 +1,127 @@
+"""The corpus job on Ray Data (dataset/ray_encode.py), on one local Ray for the whole module
+(``ray.init(num_cpus=2)``: its start-up is seconds) and the tiny model: the manifest, byte-identity
+with the CLI's directory mode at 1 and 2 actors, resume after a kill, and refusals before work."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+ray = pytest.importorskip("ray", reason="the Ray extra is not installed (pip install 'pyggml_codec[ray]')")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from pyggml_codec.dataset import MANIFEST, CorpusError, CorpusJob, encode_corpus  # noqa: E402
+from pyggml_codec.io.codefiles import read_codes  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def _write_corpus(root: Path, n_extra: int = 0) -> dict[str, float]:
+    """Mixed formats, rates, channel counts and lengths, one corrupt file; name -> seconds."""
+    rng = np.random.default_rng(0)
+    files = {"a.wav": (44100, 1, 0.7), "sub/b.flac": (48000, 2, 1.3), "sub/deeper/c.ogg": (22050, 1, 0.4),
+             "d.wav": (16000, 1, 2.1)}
+    files.update({f"many/x{i:02d}.wav": (44100, 1, 0.5) for i in range(n_extra)})
+    for name, (rate, channels, seconds) in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        x = 0.1 * rng.standard_normal((int(rate * seconds), channels))
+        sf.write(path, x if channels > 1 else x[:, 0], rate)
+    (root / "broken.wav").write_bytes(b"RIFF this is no wave file")
+    return {name: seconds for name, (_, _, seconds) in files.items()}
+
+
+def _cli(*argv: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pyggml_codec", *argv], capture_output=True, text=True,
+                          timeout=300, cwd=REPO, **kw)
+
+
+def _outputs(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.npz")) if not p.name.startswith(".")}
+
+
+@pytest.mark.parametrize("actors", [1, 2])
+def test_manifest_and_byte_identity_with_directory_mode(tiny_model, tmp_path, actors):
+    corpus = tmp_path / "corpus"
+    lengths = _write_corpus(corpus)
+    cli = _cli("encode", str(corpus), "-m", str(tiny_model.f32_path), "-o", str(tmp_path / "cli"), "-q")
+    assert cli.returncode == 1 and "broken.wav" in cli.stderr  # the corrupt file fails there too
+    report = encode_corpus(CorpusJob(corpus, tmp_path / "ray", tiny_model.f32_path, actors=actors))
+    print(report.summary())
+    assert _outputs(tmp_path / "ray") == _outputs(tmp_path / "cli")  # byte for byte
+    rows = {Path(r["path"]).relative_to(corpus).as_posix(): r for r in pq.read_table(tmp_path / "ray" / MANIFEST).to_pylist()}
+    assert set(rows) == set(lengths) | {"broken.wav"}
+    assert rows["broken.wav"]["status"] == "failed" and "cannot decode audio" in rows["broken.wav"]["error"]
+    for name, seconds in lengths.items():
+        r = rows[name]
+        assert r["status"] == "encoded" and r["error"] == "", r
+        assert r["duration_s"] == pytest.approx(seconds, abs=1e-3)
+        assert r["frames"] == read_codes(r["output"]).n_frames == -(-round(seconds * 44100) // 2048)
+        assert r["pad_to"] == "code_frame" and len(r["model_sha256"]) == 64
+    again = encode_corpus(CorpusJob(corpus, tmp_path / "ray", tiny_model.f32_path, actors=actors))
+    assert again.count("skipped") == len(lengths) and again.count("encoded") == 0  # idempotent
+
+
+def test_resume_after_a_kill_encodes_only_the_rest(tiny_model, tmp_path):
+    corpus, out = tmp_path / "corpus", tmp_path / "codes"
+    lengths = _write_corpus(corpus, n_extra=40)
+    proc = subprocess.Popen([sys.executable, "-m", "pyggml_codec", "encode", str(corpus), "-m", str(tiny_model.f32_path),
+                             "-o", str(out), "--ray", "-q"], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while len(_outputs(out) if out.exists() else {}) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and the local Ray it started
+    proc.wait()
+    done = _outputs(out)
+    print(f"killed after {len(done)} of {len(lengths)} files")
+    assert 3 <= len(done) < len(lengths), "the job was not stopped partway; the corpus is too small for this machine"
+    for name in done:
+        read_codes(out / name)  # every visible output is whole
+    report = encode_corpus(CorpusJob(corpus, out, tiny_model.f32_path, actors=2))
+    print(report.summary())
+    assert report.count("skipped") == len(done)
+    assert report.count("encoded") == len(lengths) - len(done)
+    assert report.count("failed") == 1
+    assert not list(out.rglob(".*.tmp"))  # a killed write's temporary is gone
+    cli = tmp_path / "cli"
+    _cli("encode", str(corpus), "-m", str(tiny_model.f32_path), "-o", str(cli), "-q")
+    assert _outputs(out) == _outputs(cli)
+
+
+def test_refusals_before_any_work(tiny_model, tmp_path):
+    corpus = tmp_path / "corpus"
+    _write_corpus(corpus)
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"GGUF" + bytes(100))
+    cases = [
+        (CorpusJob(tmp_path / "missing", tmp_path / "o", tiny_model.f32_path), "no such corpus directory"),
+        (CorpusJob(corpus, corpus / "codes", tiny_model.f32_path), "must not be inside the corpus"),
+        (CorpusJob(corpus, tmp_path / "o", garbage), "the codec refuses the model"),
+        (CorpusJob(corpus, tmp_path / "o", tiny_model.f32_path, fmt="wav"), "unknown code file format"),
+    ]
+    for job, message in cases:
+        with pytest.raises(CorpusError, match=message):
+            encode_corpus(job)
+        assert not (tmp_path / "o").exists() and not (corpus / "codes").exists()
+    with pytest.raises(CorpusError, match="cannot reach the Ray cluster at 127.0.0.1:1"):
+        encode_corpus(CorpusJob(corpus, tmp_path / "o", tiny_model.f32_path), address="127.0.0.1:1")
+    r = _cli("encode", str(corpus), "-m", str(tiny_model.f32_path), "-o", str(tmp_path / "o"), "--ray", "127.0.0.1:1")
+    assert r.returncode == 1 and "cannot reach the Ray cluster" in r.stderr
+    r = _cli("encode", str(corpus / "a.wav"), "-m", str(tiny_model.f32_path), "-o", str(tmp_path / "a.npz"), "--ray")
+    assert r.returncode == 2 and "--ray encodes a directory" in r.stderr
