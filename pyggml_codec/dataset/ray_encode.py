@@ -130,6 +130,10 @@ def check_job(job: CorpusJob) -> None:
 
 def _check_model(job: CorpusJob) -> None:
     from ..api import load
+    from ..backend.runtime import available_backends
+
+    if job.backend != "cpu" and job.backend not in available_backends():
+        raise CorpusError(f"backend {job.backend!r} is not in this ggml build (it has {', '.join(available_backends())})")
 
     try:
         load(job.model, backend="cpu", n_threads=1, parts="encode").close()

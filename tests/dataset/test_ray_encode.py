@@ -114,6 +114,7 @@ def test_refusals_before_any_work(tiny_model, tmp_path):
         (CorpusJob(corpus, corpus / "codes", tiny_model.f32_path), "must not be inside the corpus"),
         (CorpusJob(corpus, tmp_path / "o", garbage), "the codec refuses the model"),
         (CorpusJob(corpus, tmp_path / "o", tiny_model.f32_path, fmt="wav"), "unknown code file format"),
+        (CorpusJob(corpus, tmp_path / "o", tiny_model.f32_path, backend="no-such-gpu"), "is not in this ggml build"),
     ]
     for job, message in cases:
         with pytest.raises(CorpusError, match=message):
