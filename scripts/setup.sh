@@ -12,7 +12,9 @@ python3 -m venv "$VENV"
 python -m pip install -q --upgrade pip
 python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_LLAMAFILE=ON}"
-python -m pip install -q -e ".[test,ray]"
+python -m pip install -q -e ".[test]"
+# The corpus job's extra: its tests skip (saying so) where Ray has no wheel for this Python or platform.
+python -m pip install -q -e ".[ray]" || echo "warning: the [ray] extra did not install; its tests will skip" >&2
 # pip reuses a ggml-python wheel from its cache without a word, and CMAKE_ARGS is then ignored:
 # rebuild when the build lacks what was asked (llamafile) or an ISA extension this machine has.
 if ! python - <<'PY'

@@ -63,7 +63,8 @@ def build_info() -> dict:
     features = binding.cpu_features()
     enabled = sorted(name for name, value in features.items() if value not in ("", "0"))
     flags = machine_flags()
-    unused = sorted(name for name, flag in _ISA_FLAGS.items() if flags and flag in flags and name not in enabled)
+    unused = sorted(name for name, flag in _ISA_FLAGS.items()
+                    if enabled and flags and flag in flags and name not in enabled)  # none known: none unused
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     info = {
         "python": platform.python_version(),

@@ -189,6 +189,8 @@ def run_batch(args: argparse.Namespace, plan, parts: str, one: Callable[[Codec, 
 def cmd_encode(args: argparse.Namespace) -> int:
     check_input(args.input)
     check_model_path(args.model)
+    if getattr(args, "ray", None) is None and (getattr(args, "actors", 1) != 1 or getattr(args, "gpus_per_actor", 0)):
+        raise CliError("--actors and --gpus-per-actor apply with --ray", status=2)
     if getattr(args, "ray", None) is not None:
         if not args.input.is_dir():
             raise CliError("--ray encodes a directory (a corpus), not one file", status=2)
@@ -218,7 +220,7 @@ def run_ray(args: argparse.Namespace) -> int:
     if args.transcript is not None:
         raise CliError("--transcript applies to one file, not a directory", status=2)
     job = CorpusJob(args.input, args.output, args.model, fmt=args.format, pad_to=args.pad_to, resample=args.resample,
-                    precision=args.precision, backend="cpu" if args.backend == "auto" else args.backend,
+                    precision=args.precision, backend="cpu" if args.backend == "auto" and not args.gpus_per_actor else args.backend,
                     actors=args.actors, threads_per_actor=args.threads or 1, gpus_per_actor=args.gpus_per_actor,
                     force=args.force)
     show = None if args.quiet or not (args.verbose or progress_enabled(args)) else (lambda line: print(line, file=sys.stderr))

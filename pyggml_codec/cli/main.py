@@ -106,9 +106,10 @@ def _add_codec_commands(sub, parents: list) -> None:
     enc.add_argument("--format", choices=("npz", "npy", "s2voice"), default="npz", help="directory mode output kind")
     ray = enc.add_argument_group("corpus on Ray Data (directory mode; pip install 'pyggml_codec[ray]')")
     ray.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                     help="encode the directory on Ray: a local Ray without ADDRESS, else join the cluster there; "
-                          "writes OUTDIR/manifest.parquet")
-    ray.add_argument("--actors", type=_positive_int, default=1, help="actors, each holding one codec (default 1)")
+                     help="encode the directory on Ray: a local Ray without ADDRESS, else join the cluster there "
+                          "(write --ray=ADDRESS before the input); writes OUTDIR/manifest.parquet; one job per OUTDIR")
+    ray.add_argument("--actors", type=_positive_int, default=1,
+                     help="actors, each holding one codec with --threads CPU threads (default 1 thread)")
     ray.add_argument("--gpus-per-actor", type=float, default=0.0, help="GPUs per actor (with --backend cuda etc.)")
     _audio_options(enc, reads=True, writes=False)
     enc.set_defaults(func=cmd_encode)

@@ -22,6 +22,7 @@ pyggml_codec installed and the corpus, model and output paths visible at the sam
 
 from __future__ import annotations
 
+import glob
 import os
 import time
 from dataclasses import dataclass, field
@@ -124,6 +125,10 @@ def check_job(job: CorpusJob) -> None:
         raise CorpusError(f"unknown code file format {job.fmt!r}; choices: {', '.join(e[1:] for e in CODE_EXTENSIONS)}")
     if job.actors < 1 or job.threads_per_actor < 1:
         raise CorpusError(f"actors and threads per actor must be >= 1, got {job.actors} and {job.threads_per_actor}")
+    if job.gpus_per_actor < 0:
+        raise CorpusError(f"GPUs per actor must be >= 0, got {job.gpus_per_actor}")
+    if job.gpus_per_actor > 0 and job.backend in ("cpu", "auto"):
+        raise CorpusError("GPUs per actor need a GPU backend (cuda, vulkan, metal), not " + repr(job.backend))
     if not Path(job.model).is_file():
         raise CorpusError(f"{job.model}: no such model file")
 
@@ -188,7 +193,7 @@ def _remove_stale_temporaries(work: list[tuple[Path, Path]]) -> int:
     removed = 0
     for _, dst in work:
         if dst.parent.is_dir():
-            for tmp in dst.parent.glob(f".{dst.name}.*.tmp"):
+            for tmp in dst.parent.glob(f".{glob.escape(dst.name)}.*.tmp"):
                 tmp.unlink(missing_ok=True)
                 removed += 1
     return removed
@@ -262,16 +267,25 @@ def encode_corpus(job: CorpusJob, address: str | None = None,
     started = _connect(ray, job, address) if work else False
     try:
         if work:
-            report.rows += _run(ray, job, sha, work, progress)
+            _run(ray, job, sha, work, progress, report.rows)
+    except Exception as exc:  # noqa: BLE001 - a Ray-side failure (an actor that cannot load, a lost node)
+        raise CorpusError(f"the Ray job stopped after {len(report.rows)} of {len(work) + len(skipped) + len(failed)} "
+                          f"files, recorded in {report.manifest}: {type(exc).__name__}: {_root_cause(exc)}") from exc
     finally:
         if started:
             ray.shutdown()
-    report.wall_s = time.perf_counter() - start
-    _write_manifest(report.manifest, report.rows)
+        report.wall_s = time.perf_counter() - start
+        _write_manifest(report.manifest, report.rows)  # also what a failed run did, for the next one
     return report
 
 
-def _run(ray, job: CorpusJob, sha: str, work: list[tuple[Path, Path]], progress) -> list[dict]:
+def _root_cause(exc: Exception) -> str:
+    """The last line of a Ray error (it carries the remote traceback; the last line is the cause)."""
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def _run(ray, job: CorpusJob, sha: str, work: list[tuple[Path, Path]], progress, rows: list[dict]) -> None:
     import logging
 
     logging.getLogger("ray.data").setLevel(logging.WARNING)  # its per-stage INFO lines; progress is ours
@@ -283,9 +297,9 @@ def _run(ray, job: CorpusJob, sha: str, work: list[tuple[Path, Path]], progress)
     ds = ds.map_batches(_Encoder, fn_constructor_kwargs={"model": str(job.model), "job": fields, "sha": sha},
                         batch_size=1, compute=ray.data.ActorPoolStrategy(size=job.actors),
                         num_cpus=job.threads_per_actor, num_gpus=job.gpus_per_actor or None)
-    rows = []
+    done = 0
     for row in ds.iter_rows():
+        done += 1
         rows.append({c: (row[c].item() if hasattr(row[c], "item") else row[c]) for c in COLUMNS})
         if progress is not None:
-            progress(f"[{len(rows)}/{len(items)}] {rows[-1]['status']} {rows[-1]['path']}")
-    return rows
+            progress(f"[{done}/{len(items)}] {rows[-1]['status']} {rows[-1]['path']}")

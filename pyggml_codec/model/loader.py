@@ -116,7 +116,7 @@ def _warn_quantized_s2cpp(mf: ModelFile, prefix: str, precision: str) -> None:
     if precision == "s2cpp" and quantized:
         warnings.warn(f"{mf.source}: precision='s2cpp' on a quantized file ({len(quantized)} quantized matrices, "
                       f"e.g. {quantized[0]}): parity with the C++ engine is not established for quantized "
-                      f"weights; the products run on ggml's quantized kernels either way", RuntimeWarning,
+                      f"weights", RuntimeWarning,
                       stacklevel=4)
 
 

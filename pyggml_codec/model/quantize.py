@@ -92,7 +92,7 @@ def _meta(mf: ModelFile, qtype: str, kept: list[str]) -> list[MetaValue]:
     """The source's metadata, less its own quantization record, plus this one."""
     out = []
     for key, mv in mf.metadata.items():
-        if key in (TYPE_KEY, KEPT_KEY) or key.startswith("GGUF.") or key == "general.architecture":
+        if key in (TYPE_KEY, KEPT_KEY, "general.architecture", "general.alignment") or key.startswith("GGUF."):
             continue
         out.append(_copy_meta(key, mv))
     out.append(MetaValue(TYPE_KEY, qtype, GGUFValueType.STRING))
@@ -111,8 +111,8 @@ def _copy_meta(key: str, mv) -> MetaValue:
 
 def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, qtype: str = "q8_0",
                   keep: tuple[str, ...] = ()) -> QuantizeReport:
-    """Write ``dst``: ``src`` with its codec matrices in ``qtype`` ("q8_0", "q6_k", "q5_k",
-    "q4_k"). ``keep``: glob patterns (file tensor names) of matrices to leave as stored.
+    """Write ``dst``: ``src`` with its codec matrices in ``qtype`` ("q8_0" or "q6_k"; see
+    ``REJECTED`` for the others). ``keep``: glob patterns (file tensor names) of matrices to leave as stored.
     The source is checked as a codec file first (strictly, as ``load`` does)."""
     ggml_type = parse_type(qtype)
     mf = open_model_file(str(src))
@@ -120,7 +120,7 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, qtype: str = "
     cfg = CodecConfig.from_metadata(mf.metadata)
     specs = expected_tensors(cfg, ffn_width_reader(mf, prefix))
     check_tensors(mf, specs, prefix)
-    already = sorted(n for n, t in mf.tensors.items() if t.ggml_type not in FLOAT_TYPES)
+    already = sorted(n for n, t in mf.tensors.items() if n.startswith(prefix) and t.ggml_type not in FLOAT_TYPES)
     if already:
         raise ModelFileError(f"{src}: already quantized ({mf.tensors[already[0]].type_name} {already[0]}); "
                              f"quantize from the F16 or F32 file")
@@ -144,7 +144,11 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, qtype: str = "
 
 def _tensor(name: str, info, role: str | None, ggml_type: int, keep: tuple[str, ...],
             report: QuantizeReport) -> TensorData:
-    stored = TensorData(name, np.asarray(info.data).reshape(info.shape), GGMLQuantizationType(info.ggml_type))
+    if info.ggml_type in FLOAT_TYPES:
+        stored = TensorData(name, np.asarray(info.data).reshape(info.shape), GGMLQuantizationType(info.ggml_type))
+    else:  # a merged file's quantized language model: its raw blocks, numpy shape (rows..., bytes per row)
+        rows = tuple(reversed(info.ne[1:]))
+        stored = TensorData(name, np.asarray(info.data).reshape(rows + (-1,)), GGMLQuantizationType(info.ggml_type))
     if role != "linear":
         return stored
     if any(fnmatch.fnmatchcase(name, pattern) for pattern in keep):

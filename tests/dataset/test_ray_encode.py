@@ -126,3 +126,17 @@ def test_refusals_before_any_work(tiny_model, tmp_path):
     assert r.returncode == 1 and "cannot reach the Ray cluster" in r.stderr
     r = _cli("encode", str(corpus / "a.wav"), "-m", str(tiny_model.f32_path), "-o", str(tmp_path / "a.npz"), "--ray")
     assert r.returncode == 2 and "--ray encodes a directory" in r.stderr
+
+
+def test_a_failure_on_the_ray_side_is_a_clear_error_and_keeps_the_manifest(tiny_model, tmp_path):
+    """Actors that cannot load their codec (here an impossible precision, which only the actors
+    see) stop the job: a CorpusError naming what was done, and the manifest of that."""
+    corpus, out = tmp_path / "corpus", tmp_path / "codes"
+    _write_corpus(corpus)
+    (out / "a.npz").parent.mkdir(parents=True)
+    encode_corpus(CorpusJob(corpus, tmp_path / "first", tiny_model.f32_path))
+    (out / "a.npz").write_bytes((tmp_path / "first" / "a.npz").read_bytes())  # one file done before
+    with pytest.raises(CorpusError, match=r"the Ray job stopped after 1 of 5 files.*precision must be 'f32' or "):
+        encode_corpus(CorpusJob(corpus, out, tiny_model.f32_path, precision="f64"))
+    rows = pq.read_table(out / MANIFEST).to_pylist()
+    assert [r["status"] for r in rows] == ["skipped"]  # a.wav, done before; nothing else was done
