@@ -8,6 +8,7 @@ from typing import Any, Iterable, Mapping
 
 from .backend.runtime import Backend, default_threads, set_cpu_ops, start_backend
 from .codec import Codec
+from .inputs import PRECISIONS
 from .model.loader import load_model
 
 
@@ -53,14 +54,15 @@ def load(
     ``matmul`` ("blas": F32 products by the OpenBLAS numpy ships, the CPU default where it is
     found; "ggml"), ``conv`` ("winograd": the residual units' dilated convs by Winograd F(4,7),
     10 BLAS GEMMs per 4 outputs, in "f32" precision, the CPU default with the BLAS; "taps":
-    one BLAS GEMM per tap, the smallest rounding error; "im2col").
+    one BLAS GEMM per tap, the smallest rounding error; "im2col"), ``quantized`` (products with a
+    quantized weight: "dequantize", an F32 product, the CPU default; "native", ggml's quantized kernels).
 
     Ops the backend rejects (``ggml_backend_supports_op``) run on the CPU through
     ``ggml_backend_sched``, with a ``RuntimeWarning`` naming them (``codec.lowerings["cpu_ops"]``).
     ``cpu_ops`` (ggml op names such as ``{"COL2IM_1D"}``) pins more ops to the CPU that way,
     to bisect a backend's op against the CPU's.
     """
-    if precision not in ("f32", "s2cpp"):
+    if precision not in PRECISIONS:
         raise ValueError(f"precision must be 'f32' or 's2cpp', got {precision!r}")
     if n_threads is not None and int(n_threads) < 1:
         raise ValueError(f"n_threads must be >= 1, got {n_threads}")

@@ -14,7 +14,6 @@ import threading as threading_module
 import numpy as np
 
 
-
 class Blas:
     """A CBLAS ``sgemm`` the matrix-product kernels call, with OpenBLAS's thread control.
 
@@ -31,13 +30,13 @@ class Blas:
     """
 
     def __init__(self, path: str, sgemm: str, ilp64: bool, params: np.ndarray, threading: str,
-                 get_threads=None, set_threads=None):
+                 get_threads=None, set_threads=None, about: dict | None = None):
         self.path, self.sgemm, self.ilp64, self.threading = path, sgemm, ilp64, threading
         self.params = params  # int64 [sgemm address, per-thread setter or 0, ilp64]
         self._get, self._set = get_threads, set_threads
         self._lock = threading_module.Lock()
         self._depth, self._saved = 0, 1
-        self._about: dict = {}  # "config" / "corename" -> openblas_get_<what>
+        self._about = about or {}  # "config" / "corename" -> openblas_get_<what>
 
     def describe(self) -> dict:
         """What the library says of itself: config line (version, ILP64, build) and the kernel
@@ -77,8 +76,6 @@ class Blas:
 
 _SGEMM_SYMBOLS = (("scipy_cblas_sgemm64_", True), ("cblas_sgemm64_", True), ("scipy_cblas_sgemm", False),
                   ("cblas_sgemm", False))
-_LOCAL_THREADS_SYMBOLS = ("openblas_set_num_threads_local", "scipy_openblas_set_num_threads_local64_",
-                          "scipy_openblas_set_num_threads_local")
 _PREFIXES = ("scipy_openblas_{}64_", "openblas_{}64_", "scipy_openblas_{}", "openblas_{}")
 _PARALLEL = {0: "sequential", 1: "pthreads", 2: "openmp"}  # openblas_get_parallel()
 BLAS_ENV = "PYGGML_CODEC_BLAS"  # "off", or the path of a CBLAS library (OpenBLAS >= 0.3.27)
@@ -109,24 +106,21 @@ def _open_blas(path: str) -> tuple[Blas | None, str]:
             break
     else:
         return None, f"{path}: no cblas_sgemm"
-    local = next((sym for sym in _LOCAL_THREADS_SYMBOLS if hasattr(dll, sym)), None)
-    get_threads, set_threads, parallel = (_symbol(dll, w) for w in ("get_num_threads", "set_num_threads",
-                                                                      "get_parallel"))
+    local, get_threads, set_threads, parallel = (_symbol(dll, w) for w in (
+        "set_num_threads_local", "get_num_threads", "set_num_threads", "get_parallel"))
     if local is None or get_threads is None or set_threads is None:
         return None, f"{path}: no openblas_set_num_threads_local (OpenBLAS >= 0.3.27 needed)"
     threading = _PARALLEL.get(int(parallel()) if parallel is not None else 1, "pthreads")
     get_threads.restype, set_threads.argtypes = ctypes.c_int, [ctypes.c_int]  # int in every build
-    per_thread = ctypes.cast(getattr(dll, local), ctypes.c_void_p).value if threading == "openmp" else 0
+    per_thread = ctypes.cast(local, ctypes.c_void_p).value if threading == "openmp" else 0
     sgemm = ctypes.cast(getattr(dll, name), ctypes.c_void_p).value
     params = np.array([sgemm, per_thread, int(ilp64)], dtype=np.int64)
-    blas = (Blas(path, name, ilp64, params, threading, get_threads, set_threads) if threading == "pthreads"
-            else Blas(path, name, ilp64, params, threading))
-    for what in ("config", "corename"):
-        fn = _symbol(dll, f"get_{what}")
-        if fn is not None:
-            fn.restype = ctypes.c_char_p
-            blas._about[what] = fn
-    return blas, ""
+    about = {what: fn for what in ("config", "corename") if (fn := _symbol(dll, f"get_{what}")) is not None}
+    for fn in about.values():
+        fn.restype = ctypes.c_char_p
+    if threading != "pthreads":  # the count is per thread (OpenMP) or there is none: no process-wide hold
+        get_threads = set_threads = None
+    return Blas(path, name, ilp64, params, threading, get_threads, set_threads, about), ""
 
 
 def find_blas() -> tuple[Blas | None, str]:

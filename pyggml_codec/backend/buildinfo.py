@@ -16,13 +16,14 @@ from . import binding, kernels
 # ggml's feature names for the x86 ISA extensions, and the /proc/cpuinfo flag of each
 _ISA_FLAGS = {"AVX": "avx", "AVX2": "avx2", "F16C": "f16c", "FMA": "fma", "AVX512": "avx512f"}  # the ones
 # ggml's F16/F32 dot products and conversions are compiled for; a build without one runs slower
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # backend/ -> the package
 REBUILD = ('CMAKE_ARGS="-DGGML_LLAMAFILE=ON" pip install --no-cache-dir --force-reinstall --no-deps '
            'ggml-python=={version}')
 
 
 def source_tree() -> str | None:
     """The checkout this package was imported from, if it was (a pyproject.toml beside it)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # backend/ -> package -> checkout
+    root = os.path.dirname(PACKAGE)
     return root if os.path.exists(os.path.join(root, "pyproject.toml")) else None
 
 
@@ -65,10 +66,9 @@ def build_info() -> dict:
     flags = machine_flags()
     unused = sorted(name for name, flag in _ISA_FLAGS.items()
                     if enabled and flags and flag in flags and name not in enabled)  # none known: none unused
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     info = {
         "python": platform.python_version(),
-        "package": package,
+        "package": PACKAGE,
         "source_tree": source_tree() is not None,
         "ggml": binding.ggml_version(),
         "ggml_python": binding.binding_version(),

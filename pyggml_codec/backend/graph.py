@@ -20,6 +20,7 @@ from .binding import lib
 from .runtime import Backend, cpu_backend, default_threads, node_label, op_name
 from ..errors import BackendError, GraphError
 
+
 def new_context(mem_bytes: int) -> int:
     """A metadata-only ggml context (tensor data lives in backend buffers)."""
     params = lib.ggml_init_params(mem_size=int(mem_bytes), mem_buffer=None, no_alloc=True)

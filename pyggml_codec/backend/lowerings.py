@@ -29,7 +29,6 @@ def probe_ops(backend: Backend) -> dict[str, bool]:
     """Which of the ops with alternative lowerings ``backend`` supports (tiny metadata graph)."""
     ctx = graph.new_context(32 * lib.ggml_tensor_overhead())
     try:
-
         sq = binding.new_tensor(ctx, binding.TYPE_F32, (4, 4))
         cols = binding.new_tensor(ctx, binding.TYPE_F32, (8, 4))
         kern = binding.new_tensor(ctx, binding.TYPE_F32, (4, 2, 4))

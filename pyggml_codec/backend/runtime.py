@@ -12,7 +12,6 @@ import os
 import warnings
 from dataclasses import dataclass
 
-
 from . import binding, kernels
 from .binding import lib
 from ..errors import BackendError

@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import sys
-import tempfile
 import traceback
 import warnings
 from collections.abc import Sequence
@@ -33,6 +31,7 @@ from .codec_commands import USER_ERRORS, CliError, cmd_decode, cmd_encode, cmd_r
 from .inspect import cmd_backends, cmd_doctor, cmd_info
 from ..inputs import PAD_POLICIES, PRECISIONS
 from ..io.codefiles import EXTENSIONS as CODE_EXTENSIONS
+from ..io.fileio import atomic_path
 from ..backend.runtime import BACKEND_NAMES
 
 PROG = "pyggml-codec"
@@ -210,15 +209,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if out.exists() and not args.force:
         raise CliError(f"{out} exists (use --force to overwrite)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    try:
-        args.out = Path(tmp)
-        run_convert(args)
-        os.replace(tmp, out)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-        args.out = out
+    with atomic_path(out) as tmp:
+        args.out = tmp
+        try:
+            run_convert(args)
+        finally:
+            args.out = out
     if not args.quiet:
         print(out)
     return 0
@@ -235,7 +231,9 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     if args.out.resolve() == args.src.resolve():
         raise CliError("OUT must differ from IN")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    report = quantize_file(args.src, args.out, args.qtype, tuple(args.keep))
+    with atomic_path(args.out) as tmp:
+        report = quantize_file(args.src, tmp, args.qtype, tuple(args.keep))
+    report.output = str(args.out)
     if not args.quiet:
         print(report.summary())
     return 0

@@ -34,6 +34,7 @@ import numpy as np
 from ..errors import CodecError
 from ..io.codefiles import EXTENSIONS as CODE_EXTENSIONS
 from ..io.codefiles import read_codes
+from ..io.fileio import atomic_path
 from ..tools.corpus import AUDIO_EXTENSIONS, file_sha256, plan_batch
 
 MANIFEST = "manifest.parquet"
@@ -234,12 +235,8 @@ def _write_manifest(path: Path, rows: list[dict]) -> Path:
                         ("status", pa.string()), ("error", pa.string())])
     table = pa.Table.from_pylist(sorted(rows, key=lambda r: r["output"]), schema=schema)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 

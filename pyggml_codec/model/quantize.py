@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFValueType
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
 
 from ..backend.binding import QUANT_TYPES, block_size, quantize_rows
 from ..errors import ModelFileError
 from .config import PREFIX, CodecConfig
-from .gguf_file import FLOAT_TYPES, ModelFile
-from .gguf_write import MetaValue, TensorData, write_gguf
+from .gguf_file import FLOAT_TYPES
+from .gguf_write import MetaValue, TensorData, copy_field, copy_tensor, write_gguf
 from .loader import codec_prefix, open_model_file
 from .weights import check_tensors, expected_tensors, ffn_width_reader
 
@@ -88,25 +88,14 @@ def parse_type(name: str) -> int:
         raise ValueError(f"unknown quantization type {name!r}; choices: {', '.join(sorted(TYPES))}") from None
 
 
-def _meta(mf: ModelFile, qtype: str, kept: list[str]) -> list[MetaValue]:
-    """The source's metadata, less its own quantization record, plus this one."""
-    out = []
-    for key, mv in mf.metadata.items():
-        if key in (TYPE_KEY, KEPT_KEY, "general.architecture", "general.alignment") or key.startswith("GGUF."):
-            continue
-        out.append(_copy_meta(key, mv))
+def _meta(reader: GGUFReader, qtype: str, kept: list[str]) -> list[MetaValue]:
+    """The source's metadata with its types, less its own quantization record, plus this one."""
+    skip = (TYPE_KEY, KEPT_KEY, "general.architecture", "general.alignment")
+    out = [copy_field(reader, key) for key in reader.fields if key not in skip and not key.startswith("GGUF.")]
     out.append(MetaValue(TYPE_KEY, qtype, GGUFValueType.STRING))
     if kept:
         out.append(MetaValue(KEPT_KEY, kept, GGUFValueType.ARRAY, GGUFValueType.STRING))
     return out
-
-
-def _copy_meta(key: str, mv) -> MetaValue:
-    name = mv.type_name
-    if name.startswith("ARRAY["):
-        sub = GGUFValueType[name[6:-1]]
-        return MetaValue(key, list(mv.value), GGUFValueType.ARRAY, sub)
-    return MetaValue(key, mv.value, GGUFValueType[name])
 
 
 def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, qtype: str = "q8_0",
@@ -126,29 +115,21 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, qtype: str = "
                              f"quantize from the F16 or F32 file")
     roles = {prefix + s.name: s.role for s in specs}
     report = QuantizeReport(str(src), str(dst), QUANT_TYPES[ggml_type])
+    reader = GGUFReader(str(src))  # checked above: metadata and tensors copied with their types
     tensors = []
-    for name, info in mf.tensors.items():
-        report.bytes_in += info.nbytes
-        tensors.append(_tensor(name, info, roles.get(name), ggml_type, keep, report))
+    for t in reader.tensors:
+        report.bytes_in += int(t.n_bytes)
+        tensors.append(_tensor(t, mf.tensors[t.name], roles.get(t.name), ggml_type, keep, report))
         report.bytes_out += tensors[-1].data.nbytes
-    dst = Path(dst)
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")  # written whole, then renamed into place
-    try:
-        write_gguf(tmp, str(mf.metadata["general.architecture"].value),
-                   _meta(mf, report.qtype, report.kept_for_block_size), tensors)
-        os.replace(tmp, dst)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_gguf(Path(dst), mf.architecture, _meta(reader, report.qtype, report.kept_for_block_size), tensors)
     return report
 
 
-def _tensor(name: str, info, role: str | None, ggml_type: int, keep: tuple[str, ...],
-            report: QuantizeReport) -> TensorData:
-    if info.ggml_type in FLOAT_TYPES:
-        stored = TensorData(name, np.asarray(info.data).reshape(info.shape), GGMLQuantizationType(info.ggml_type))
-    else:  # a merged file's quantized language model: its raw blocks, numpy shape (rows..., bytes per row)
-        rows = tuple(reversed(info.ne[1:]))
-        stored = TensorData(name, np.asarray(info.data).reshape(rows + (-1,)), GGMLQuantizationType(info.ggml_type))
+def _tensor(t, info, role: str | None, ggml_type: int, keep: tuple[str, ...], report: QuantizeReport) -> TensorData:
+    """``t`` (the reader's tensor) as stored, or its blocks in ``ggml_type`` (``info``: the same tensor,
+    checked, from the ModelFile)."""
+    name = t.name
+    stored = copy_tensor(t, name)  # bytes and type unchanged (a merged file's quantized LM too)
     if role != "linear":
         return stored
     if any(fnmatch.fnmatchcase(name, pattern) for pattern in keep):
