@@ -1,0 +1,201 @@
+"""Stage-by-stage comparison with the C++ engine s2.cpp, built from a source tree the user has.
+
+The harness (``s2cpp_harness/``: a CMake project of this package) compiles s2.cpp's own codec
+source and the ggml of that tree, composes s2.cpp's graph builders the way its CPU decode and
+encode do with every stage kept, and checks itself against s2.cpp's ``AudioCodec::decode`` /
+``encode`` (bit for bit). :func:`build_harness` builds it; :func:`run_harness` runs it and reads
+its stages as a dump (``io/dumps.py`` layout); :func:`compare_with_s2cpp` runs both engines on
+the same input and returns the :class:`~.compare.Report` (first differing stage first).
+
+The ISA key (:func:`isa_key`) names the summation order of ggml's F16 dot product, which is what
+bit-exactness depends on: "avx512" (16 lanes) or "avx2" (8 lanes, with FMA and F16C).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import CodecError
+from ..io.dumps import Dump
+from .compare import Report, compare
+
+HARNESS_SOURCE = Path(__file__).with_name("s2cpp_harness")
+REQUIRED_FILES = ("src/s2_codec.cpp", "src/s2_log.cpp", "src/s2_model.cpp", "include/s2_codec.h", "ggml/CMakeLists.txt")
+EXACT = {"max_abs": 0.0, "rel_rms": 0.0, "agreement": 1.0}  # bit for bit
+# The harness's channels-last float stages come as numpy (T, C); the dumps hold (C, T).
+_AS_IS = ("codes", "audio")
+
+
+class S2cppError(CodecError, RuntimeError):
+    """The s2.cpp comparison cannot run: not an s2.cpp tree, a failed build, a model the C++
+    engine rejects, or a harness that does not reproduce its s2.cpp's own output."""
+
+
+def check_tree(s2cpp_dir: str | os.PathLike) -> Path:
+    """``s2cpp_dir`` as an absolute path, or S2cppError naming what an s2.cpp tree lacks."""
+    root = Path(s2cpp_dir).expanduser().resolve()
+    if not root.is_dir():
+        raise S2cppError(f"{root}: not a directory (give the root of an s2.cpp checkout)")
+    missing = [f for f in REQUIRED_FILES if not (root / f).is_file()]
+    if missing:
+        hint = " (its ggml submodule is not checked out: git submodule update --init)" if missing == [
+            "ggml/CMakeLists.txt"] else ""
+        raise S2cppError(f"{root}: not an s2.cpp source tree: missing {', '.join(missing)}{hint}")
+    return root
+
+
+def _tree_key(root: Path, cmake_args: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for name in ("src/s2_codec.cpp", "ggml/CMakeLists.txt"):
+        h.update((root / name).read_bytes())
+    h.update(str(root).encode())
+    h.update("\0".join(cmake_args).encode())
+    for f in sorted(HARNESS_SOURCE.iterdir()):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def default_build_dir(root: Path, cmake_args: Sequence[str]) -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pyggml_codec" / "s2cpp_harness"
+    return cache / _tree_key(root, cmake_args)
+
+
+def build_harness(s2cpp_dir: str | os.PathLike, build_dir: str | os.PathLike | None = None,
+                  cmake_args: Sequence[str] = (), jobs: int | None = None, timeout: float = 1800) -> Path:
+    """Configure and build the harness against ``s2cpp_dir``; return the executable.
+
+    ``cmake_args`` go to the configure step (e.g. ``-DGGML_NATIVE=OFF -DGGML_AVX2=ON`` for an
+    AVX2 build). Builds are cached per tree, arguments and harness version (default under
+    ``~/.cache/pyggml_codec``); an existing executable is reused.
+    """
+    root = check_tree(s2cpp_dir)
+    if shutil.which("cmake") is None:
+        raise S2cppError("cmake is not on PATH (the harness is a CMake project)")
+    build = Path(build_dir) if build_dir is not None else default_build_dir(root, cmake_args)
+    exe = build / "s2cpp_dump"
+    if exe.is_file():
+        return exe
+    build.mkdir(parents=True, exist_ok=True)
+    log = build / "build.log"
+    steps = [["cmake", "-S", str(HARNESS_SOURCE), "-B", str(build), f"-DS2CPP_DIR={root}", *cmake_args],
+             ["cmake", "--build", str(build), "-j", str(jobs or os.cpu_count() or 1)]]
+    with open(log, "w") as out:
+        for cmd in steps:
+            try:
+                rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
+            except subprocess.TimeoutExpired:
+                raise S2cppError(f"building the s2.cpp harness took over {timeout:.0f} s (log: {log})") from None
+            if rc != 0:
+                out.flush()
+                tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-25:])
+                raise S2cppError(f"building the s2.cpp harness failed ({' '.join(cmd[:2])}, exit {rc}; log: {log}):\n{tail}")
+    if not exe.is_file():
+        raise S2cppError(f"the harness build finished without {exe}")
+    return exe
+
+
+def _run(exe: Path, args: list[str], timeout: float) -> str:
+    try:
+        proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise S2cppError(f"s2.cpp ran over {timeout:.0f} s on {' '.join(args[:2])}") from None
+    except OSError as exc:
+        raise S2cppError(f"cannot run the harness {exe}: {exc}") from None
+    if proc.returncode < 0:
+        raise S2cppError(f"s2.cpp aborted (signal {-proc.returncode}) on {' '.join(args[:2])}; its last output:\n"
+                         f"{proc.stderr[-2000:]}")
+    if proc.returncode != 0:
+        raise S2cppError(f"s2.cpp harness failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return proc.stdout
+
+
+def harness_info(exe: str | os.PathLike) -> dict[str, Any]:
+    """What the harness's ggml was built with: avx, avx2, avx512, f16c, fma, llamafile, ggml_commit."""
+    return json.loads(_run(Path(exe), ["info"], 60))
+
+
+def isa_key(features: Mapping[str, Any]) -> str | None:
+    """The golden-set key for a ggml build's CPU features (``ggml_cpu_has_*``), or None when the
+    build has neither AVX-512 nor AVX2+FMA+F16C (no golden set covers it)."""
+    f = {k.lower(): bool(v) for k, v in features.items()}
+    if f.get("avx512"):
+        return "avx512"
+    if f.get("avx2") and f.get("fma") and f.get("f16c"):
+        return "avx2"
+    return None
+
+
+def check_model_for_s2cpp(model: str | os.PathLike) -> None:
+    """S2cppError for a file the C++ engine cannot run: an F32 file aborts in ggml's im2col
+    (``ggml_conv_1d`` asks for F16 columns against the file's conv kernels)."""
+    from ..model.gguf_file import ModelFile
+
+    mf = ModelFile.open(model)
+    kinds = {t.type_name for name, t in mf.tensors.items() if name.endswith(".conv.weight") and len(t.shape) == 3}
+    if "F32" in kinds:
+        raise S2cppError(f"{model}: F32 conv weights; s2.cpp aborts on such a file (ggml_conv_1d builds F16 "
+                         "im2col columns, and ggml's im2col asserts on an F32 kernel): compare an F16 file")
+
+
+def _to_dump_layout(name: str, arr: np.ndarray) -> np.ndarray:
+    if name in _AS_IS or name.endswith(".codes") or arr.ndim != 2:
+        return arr
+    return np.ascontiguousarray(arr.T)
+
+
+def run_harness(exe: str | os.PathLike, kind: str, model: str | os.PathLike, data: np.ndarray,
+                threads: int = 1, timeout: float = 1800) -> Dump:
+    """Run the harness on ``data`` (codes (K, T) int32 for "decode", mono float32 samples for
+    "encode"); return its stages in the dump layout, with the build's features in ``meta``."""
+    if kind not in ("decode", "encode"):
+        raise ValueError(f"kind must be 'decode' or 'encode', got {kind!r}")
+    arr = np.ascontiguousarray(data, np.int32 if kind == "decode" else np.float32)
+    with tempfile.TemporaryDirectory(prefix="s2cpp_dump_") as tmp:
+        src = Path(tmp) / "input.npy"
+        np.save(src, arr)
+        out = Path(tmp) / "out"
+        out.mkdir()
+        _run(Path(exe), [kind, str(model), str(src), str(out), str(int(threads))], timeout)
+        meta = json.loads((out / "stages.json").read_text())
+        stages = {n: _to_dump_layout(n, np.load(out / f"{n}.npy")) for n in meta["stages"]}
+    if not meta.get("self_check"):
+        raise S2cppError("the harness's composed stages do not reproduce s2.cpp's own output")
+    meta["producer"] = "s2.cpp"
+    return Dump(stages, meta)
+
+
+def compare_with_s2cpp(codec, kind: str, data: np.ndarray, s2cpp: Dump | None = None, *,
+                       exe: str | os.PathLike | None = None, model: str | os.PathLike | None = None,
+                       threads: int | None = None, tolerances: Mapping[str, Any] | None = None) -> Report:
+    """Run ``codec`` (this library) and s2.cpp on the same codes or audio and compare every stage
+    with s2.cpp as the reference (default tolerance: bit for bit, :data:`EXACT`).
+
+    ``s2cpp``: s2.cpp's dump when already at hand (a golden file); else ``exe`` and ``model``
+    run the harness. Encode runs with ``pad_to="frame_length"``, as s2.cpp pads.
+    """
+    from ..io.dumps import dump_decode, dump_encode, load_dump
+
+    if s2cpp is None:
+        if exe is None or model is None:
+            raise ValueError("give either s2.cpp's dump or the harness executable and the model file")
+        check_model_for_s2cpp(model)
+        s2cpp = run_harness(exe, kind, model, data, threads or codec.n_threads)
+    with tempfile.TemporaryDirectory(prefix="pyggml_dump_") as tmp:
+        path = Path(tmp) / "ours.npz"
+        if kind == "decode":
+            dump_decode(codec, np.asarray(data, np.int32), path)
+        else:
+            dump_encode(codec, np.asarray(data, np.float32), path, sample_rate=codec.sample_rate, pad_to="frame_length")
+        ours = load_dump(path)
+    report = compare(dict(s2cpp.stages), dict(ours.stages), tolerances or EXACT)
+    report.a, report.b = "s2.cpp", f"pyggml_codec ({codec.precision})"
+    return report
