@@ -2,4 +2,5 @@
 
 from setuptools import setup
 
-setup(cffi_modules=["pyggml_codec/backend/_kernels_build.py:ffibuilder"])
+setup(cffi_modules=["pyggml_codec/backend/_kernels_build.py:ffibuilder",
+                    "pyggml_codec/backend/_kernels_build.py:exact_builder"])

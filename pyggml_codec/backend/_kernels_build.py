@@ -49,5 +49,31 @@ ffibuilder.set_source(
     libraries=["m", "mvec"] if sys.platform.startswith("linux") else ["m"],
 )
 
+# The exact build (the "s2cpp" precision): the elementwise kernels only, compiled without
+# -ffast-math and without FMA contraction, so that Snake, the fused bias passes and the F16
+# conversions compute ggml's op chain bit for bit (scalar libm sinf, a true division by alpha,
+# sums in the written order; see PG_EXACT in elementwise.c).
+EXACT_SOURCES = ["elementwise.c"]
+EXACT_EXPORTS = ("pg_tensor_layout", "pg_has_f16c", "pg_snake", "pg_im2col", "pg_bias_snake",
+                 "pg_add_bias_residual", "pg_col2im")
+
+
+def _exact_cdef() -> str:
+    lines = [line for line in CDEF.splitlines() if any(f" {name}(" in line for name in EXACT_EXPORTS)]
+    return "\n".join(lines) + "\n"
+
+
+exact_builder = FFI()
+exact_builder.cdef(_exact_cdef())
+exact_builder.set_source(
+    "pyggml_codec.backend._kernels_exact",
+    '#include "pg_kernels.h"\n',
+    sources=[_relative(os.path.join(HERE, "csrc", name)) for name in EXACT_SOURCES],
+    include_dirs=[_relative(os.path.join(HERE, "csrc"))],
+    extra_compile_args=["-O3", "-fno-fast-math", "-ffp-contract=off", "-DPG_EXACT"] + _flags[2:],
+    libraries=["m"],
+)
+
 if __name__ == "__main__":
     ffibuilder.compile(verbose=True)
+    exact_builder.compile(verbose=True)

@@ -35,9 +35,27 @@ N_TASKS_MAX = -1  # GGML_N_TASKS_MAX: use every thread of the compute
 MAX_KERNEL = 64  # larger kernels (none in S2, which uses <= 16) take ggml's im2col
 
 
-def _load():
+SYMBOLS = {  # op -> (C function, ggml callback type)
+    "snake": ("pg_snake", lib.ggml_custom2_op_t),
+    "im2col": ("pg_im2col", lib.ggml_custom_op_t),
+    "bias_snake": ("pg_bias_snake", lib.ggml_custom_op_t),
+    "add_bias_residual": ("pg_add_bias_residual", lib.ggml_custom_op_t),
+    "mul_mat_blas": ("pg_mul_mat_blas", lib.ggml_custom_op_t),
+    "conv_taps": ("pg_conv_taps", lib.ggml_custom_op_t),
+    "conv_wino": ("pg_conv_wino", lib.ggml_custom_op_t),
+    "col2im": ("pg_col2im", lib.ggml_custom_op_t),
+}
+# The exact build (_kernels_exact: no -ffast-math, no contraction) of the elementwise kernels,
+# which the "s2cpp" precision runs: ggml's op chain's values, bit for bit.
+EXACT_OPS = ("snake", "im2col", "bias_snake", "add_bias_residual", "col2im")
+
+
+def _load(module: str, ops: tuple[str, ...]):
     try:
-        from ._kernels import ffi, lib as klib
+        if module == "_kernels":
+            from ._kernels import ffi, lib as klib
+        else:
+            from ._kernels_exact import ffi, lib as klib
     except ImportError as exc:
         return None, f"compiled kernels not built ({exc})"
     offsets = ffi.new("int64_t[5]")
@@ -49,29 +67,28 @@ def _load():
     def address(name: str) -> int:
         return int(ffi.cast("uintptr_t", ffi.addressof(klib, name)))
 
-    symbols = {  # op -> (C function, ggml callback type)
-        "snake": ("pg_snake", lib.ggml_custom2_op_t),
-        "im2col": ("pg_im2col", lib.ggml_custom_op_t),
-        "bias_snake": ("pg_bias_snake", lib.ggml_custom_op_t),
-        "add_bias_residual": ("pg_add_bias_residual", lib.ggml_custom_op_t),
-        "mul_mat_blas": ("pg_mul_mat_blas", lib.ggml_custom_op_t),
-        "conv_taps": ("pg_conv_taps", lib.ggml_custom_op_t),
-        "conv_wino": ("pg_conv_wino", lib.ggml_custom_op_t),
-        "col2im": ("pg_col2im", lib.ggml_custom_op_t),
-    }
+    symbols = {op: SYMBOLS[op] for op in ops}
     missing = [sym for sym, _ in symbols.values() if not hasattr(klib, sym)]
     if missing:
         return None, f"compiled kernels are from another version (missing {', '.join(missing)}; reinstall)"
-    ops = {op: kind(address(sym)) for op, (sym, kind) in symbols.items()}
-    ops["f16c"] = bool(klib.pg_has_f16c())
-    ops["by_address"] = {address(sym): op for op, (sym, _) in symbols.items()}
-    return ops, None
+    table = {op: kind(address(sym)) for op, (sym, kind) in symbols.items()}
+    table["f16c"] = bool(klib.pg_has_f16c())
+    table["by_address"] = {address(sym): op for op, (sym, _) in symbols.items()}
+    return table, None
 
 
-_OPS, UNAVAILABLE_REASON = _load()
+_OPS, UNAVAILABLE_REASON = _load("_kernels", tuple(SYMBOLS))
 AVAILABLE = _OPS is not None
 if not AVAILABLE:
     log.info("custom CPU kernels unavailable: %s; using plain ggml ops", UNAVAILABLE_REASON)
+_EXACT, EXACT_UNAVAILABLE_REASON = _load("_kernels_exact", EXACT_OPS) if AVAILABLE else (None, UNAVAILABLE_REASON)
+EXACT_AVAILABLE = _EXACT is not None
+if AVAILABLE and not EXACT_AVAILABLE:
+    log.info("exact CPU kernels unavailable: %s; the s2cpp precision uses plain ggml ops", EXACT_UNAVAILABLE_REASON)
+
+
+def _table(exact: bool) -> dict:
+    return _EXACT if exact else _OPS
 
 
 def kernel_name(node) -> str | None:
@@ -80,31 +97,34 @@ def kernel_name(node) -> str | None:
     if not AVAILABLE:
         return None
     params = ctypes.addressof(node.contents) + lib.ggml_tensor.op_params.offset
-    return _OPS["by_address"].get(ctypes.c_void_p.from_address(params).value)
+    address = ctypes.c_void_p.from_address(params).value
+    exact = _EXACT["by_address"].get(address) if EXACT_AVAILABLE else None
+    return f"{exact} (exact)" if exact else _OPS["by_address"].get(address)
 
 
-def snake(ctx, x, alpha):
-    """x + sin(alpha x)^2 / alpha in one op (contiguous F32 x and alpha, alpha [1, C] or [C, 1])."""
-    return lib.ggml_map_custom2(ctx, x, alpha, _OPS["snake"], N_TASKS_MAX, None)
+def snake(ctx, x, alpha, exact: bool = False):
+    """x + sin(alpha x)^2 / alpha in one op (contiguous F32 x and alpha, alpha [1, C] or [C, 1]);
+    ``exact``: the exact build (ggml's values, bit for bit)."""
+    return lib.ggml_map_custom2(ctx, x, alpha, _table(exact)["snake"], N_TASKS_MAX, None)
 
 
-def _custom(ctx, dst_type: int, like, srcs: list, op: str):
+def _custom(ctx, dst_type: int, like, srcs: list, op: str, exact: bool = False):
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
     ne = [int(like.contents.ne[i]) for i in range(4)]
-    return lib.ggml_custom_4d(ctx, dst_type, *ne, args, len(srcs), _OPS[op], N_TASKS_MAX, None)
+    return lib.ggml_custom_4d(ctx, dst_type, *ne, args, len(srcs), _table(exact)[op], N_TASKS_MAX, None)
 
 
-def bias_snake(ctx, x, alpha, bias, dst_type: int):
+def bias_snake(ctx, x, alpha, bias, dst_type: int, exact: bool = False):
     """snake(x + bias) in one pass; contiguous F32 x, alpha and bias shaped alike to broadcast
     (``[C, 1]`` for channels-last x, ``[1, C]`` for channels-first); F32 or F16 (type 1) out."""
     if dst_type == 1 and not _OPS["f16c"]:
         raise ValueError("F16 output needs the F16C build of the kernels")
-    return _custom(ctx, dst_type, x, [x, alpha, bias], "bias_snake")
+    return _custom(ctx, dst_type, x, [x, alpha, bias], "bias_snake", exact)
 
 
-def add_bias_residual(ctx, h, bias, x):
+def add_bias_residual(ctx, h, bias, x, exact: bool = False):
     """(h + bias) + x in one pass; contiguous F32 h and x of one shape, bias broadcast as above."""
-    return _custom(ctx, 0, h, [h, bias, x], "add_bias_residual")
+    return _custom(ctx, 0, h, [h, bias, x], "add_bias_residual", exact)
 
 
 def col2im(ctx, cols, k: int, stride: int, keep: list):

@@ -297,15 +297,21 @@ def _overlap_tail(g: Builder, y_cf: Tensor, n_out: int, tail: int) -> Tensor:
 
 
 def depthwise_conv1d(g: Builder, x_cf: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-    """Causal depthwise conv (stride 1), weight ne ``[K, 1, C]``: CF in, CL out (ssm_conv)."""
+    """Causal depthwise conv (stride 1), weight ne ``[K, 1, C]``: CF in, CL out. ``ggml_ssm_conv``
+    in f32; in s2cpp ``ggml_conv_1d_dw`` on the F16 kernel, as the C++ engine (its sums differ)."""
     k = shape(w)[0]
     c = shape(x_cf)[1]
-    if g.f16_convs:  # ggml_conv_1d_dw rounds its input to F16
-        x_cf = lib.ggml_cast(g.ctx, lib.ggml_cast(g.ctx, x_cf, F16), F32)
     if g.stream is not None and k > 1:
         padded = with_left_context(g, x_cf, k - 1)
     else:
         padded = left_pad(g, x_cf, k - 1)
+    if g.f16_convs:  # the C++ engine's op: F16 im2col columns . the F16 kernel, per channel
+        g.lowerings["depthwise"] = "conv_1d_dw"
+        padded = padded if lib.ggml_is_contiguous(padded) else lib.ggml_cont(g.ctx, padded)
+        y_cf = lib.ggml_conv_1d_dw(g.ctx, w, padded, 1, 0, 1)  # ne [L, C, 1]
+        y_cf = reshape_2d(g, y_cf, shape(x_cf)[0], c)
+        return transpose(g, add_bias(g, y_cf, b, "CF"))
+    g.lowerings["depthwise"] = "ssm_conv"
     padded = lib.ggml_reshape_3d(g.ctx, padded, shape(padded)[0], c, 1)
     y = lib.ggml_ssm_conv(g.ctx, padded, reshape_2d(g, w, k, c))
     y = reshape_2d(g, y, c, shape(x_cf)[0])

@@ -68,6 +68,7 @@ class Builder:
     lowerings: dict[str, str] = field(default_factory=dict)
     stream: Carry | None = None  # set: build one chunk of a stream (see Carry)
     snake_kernel: bool = False  # use the compiled Snake custom op (CPU backend only)
+    exact_kernels: bool = False  # "s2cpp": the kernels' exact build (ggml's values), else ggml's ops
     im2col_kernel: bool = False  # use the compiled im2col custom op (CPU backend only)
     keep: list = field(default_factory=list)  # host memory custom ops read while the graph lives
     conv_transpose: str = "col2im"  # or "ggml" (ggml_conv_transpose_1d on the file's layout)
@@ -175,16 +176,17 @@ def snake(g: Builder, x: Tensor, alpha: Tensor, layout: str) -> Tensor:
     (CUDA and Vulkan fuse it).
     """
     a = channel_vector(g, alpha, layout)
-    if g.snake_kernel and binding.tensor_type(x) == F32 == binding.tensor_type(a) and lib.ggml_is_contiguous(x):
-        g.lowerings["snake"] = "custom"
-        return kernels.snake(g.ctx, x, a)
+    if _kernel_ready(g, x, a):
+        g.lowerings["snake"] = "custom-exact" if g.exact_kernels else "custom"
+        return kernels.snake(g.ctx, x, a, g.exact_kernels)
     g.lowerings["snake"] = "chain"
     s = lib.ggml_sqr(g.ctx, lib.ggml_sin(g.ctx, mul(g, x, a)))
     return lib.ggml_add(g.ctx, x, lib.ggml_div(g.ctx, s, a))
 
 
 def _kernel_ready(g: Builder, *tensors: Tensor) -> bool:
-    return g.snake_kernel and all(binding.tensor_type(t) == F32 and lib.ggml_is_contiguous(t) for t in tensors)
+    usable = g.snake_kernel and (kernels.EXACT_AVAILABLE or not g.exact_kernels)
+    return usable and all(binding.tensor_type(t) == F32 and lib.ggml_is_contiguous(t) for t in tensors)
 
 
 def bias_snake(g: Builder, x: Tensor, b: Tensor, alpha: Tensor, layout: str, out_type: int = F32) -> Tensor:
@@ -192,8 +194,8 @@ def bias_snake(g: Builder, x: Tensor, b: Tensor, alpha: Tensor, layout: str, out
     CPU backend (bias add, Snake and cast fused, same float operations); else the ops."""
     a, bv = channel_vector(g, alpha, layout), channel_vector(g, b, layout)
     if _kernel_ready(g, x, a, bv):
-        g.lowerings["bias_snake"] = "custom"
-        return kernels.bias_snake(g.ctx, x, a, bv, out_type)
+        g.lowerings["bias_snake"] = "custom-exact" if g.exact_kernels else "custom"
+        return kernels.bias_snake(g.ctx, x, a, bv, out_type, g.exact_kernels)
     g.lowerings["bias_snake"] = "ops"
     y = snake(g, add(g, x, bv), alpha, layout)
     return y if out_type == F32 else lib.ggml_cast(g.ctx, y, out_type)
@@ -205,8 +207,8 @@ def add_bias_residual(g: Builder, h: Tensor, b: Tensor, x: Tensor, layout: str) 
     _check_broadcast("add", h, bv)
     _check_broadcast("add", x, h)
     if _kernel_ready(g, h, bv, x) and shape(h) == shape(x):
-        g.lowerings["add_bias_residual"] = "custom"
-        return kernels.add_bias_residual(g.ctx, h, bv, x)
+        g.lowerings["add_bias_residual"] = "custom-exact" if g.exact_kernels else "custom"
+        return kernels.add_bias_residual(g.ctx, h, bv, x, g.exact_kernels)
     g.lowerings["add_bias_residual"] = "ops"
     return add(g, x, add(g, h, bv))
 

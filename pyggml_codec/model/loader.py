@@ -97,7 +97,7 @@ def load_model(source: Any, backend: Backend, parts: str, precision: str,
         wanted = [s for s in specs if (parts == "all" or parts in s.parts) and s.role != "host"]
         _upload(model, mf, prefix, wanted, precision, host_tensors or {})
         if parts in ("all", "encode"):
-            model.vq_stages = _vq_stages(mf, prefix, specs, config)
+            model.vq_stages = _vq_stages(mf, prefix, specs, config, sequential=precision == "s2cpp")
         log.info("loaded %s: %d tensors (%d shared with the host), %.1f MB on %s (parts=%s, precision=%s)",
                  mf.source, len(model.weights), len(model.shared), model.loaded_bytes / 1e6, backend.name, parts,
                  precision)
@@ -152,7 +152,8 @@ def _upload(model: LoadedModel, mf: ModelFile, prefix: str, specs: list[TensorSp
         binding.upload(model.weights[s.name], backend_array(mf, prefix, s, precision, model.plan))
 
 
-def _vq_stages(mf: ModelFile, prefix: str, specs: list[TensorSpec], cfg: CodecConfig) -> list[VQStage]:
+def _vq_stages(mf: ModelFile, prefix: str, specs: list[TensorSpec], cfg: CodecConfig,
+               sequential: bool = False) -> list[VQStage]:
     by_name = {s.name: s for s in specs}
 
     def arr(name: str) -> np.ndarray:
@@ -160,6 +161,6 @@ def _vq_stages(mf: ModelFile, prefix: str, specs: list[TensorSpec], cfg: CodecCo
 
     return [
         VQStage.from_arrays(arr(f"{p}.in_proj.weight"), arr(f"{p}.in_proj.bias"), arr(f"{p}.out_proj.weight"),
-                            arr(f"{p}.out_proj.bias"), arr(f"{p}.codebook.weight"))
+                            arr(f"{p}.out_proj.bias"), arr(f"{p}.codebook.weight"), sequential)
         for p in stage_prefixes(cfg.quantizer.n_residual)
     ]

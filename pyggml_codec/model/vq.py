@@ -23,9 +23,36 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
     return x / np.sqrt(np.maximum(np.sum(x * x, axis=-1, keepdims=True), np.float32(1e-12)))
 
 
+def sequential_affine(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    """x [T, n] . w [m, n]^T (+ b [m]) in float32 with the C++ engine's loop order: for each
+    output, ``v = b; v += w[0] x[0]; v += w[1] x[1]; ...``, every product and sum rounded to
+    float (no FMA), vectorized over T and m only. ``b=None`` starts from 0."""
+    x, w = np.asarray(x, np.float32), np.asarray(w, np.float32)
+    acc = np.zeros((x.shape[0], w.shape[0]), np.float32)
+    if b is not None:
+        acc += np.asarray(b, np.float32)
+    for i in range(x.shape[1]):
+        acc += x[:, i:i + 1] * w[:, i]
+    return acc
+
+
+def sequential_unit(x: np.ndarray) -> np.ndarray:
+    """Rows over sqrt(max(sum of squares, 1e-12)), the sum in element order, as s2.cpp's VQ cache."""
+    x = np.asarray(x, np.float32)
+    sq = np.zeros(x.shape[:-1] + (1,), np.float32)
+    for d in range(x.shape[-1]):
+        sq += x[..., d:d + 1] * x[..., d:d + 1]
+    return x / np.sqrt(np.maximum(sq, np.float32(1e-12)))
+
+
 @dataclass(frozen=True)
 class VQStage:
-    """One VQ stage's host cache (float32): projections and both codebook forms."""
+    """One VQ stage's host cache (float32): projections and both codebook forms.
+
+    ``sequential`` (the "s2cpp" precision): every dot product in the C++ engine's scalar loop
+    order (:func:`sequential_affine`), so that codes, residuals and margins are s2.cpp's bit for
+    bit; otherwise BLAS matrix products (faster, the same values to float rounding).
+    """
 
     in_w: np.ndarray  # (codebook_dim, input_dim)
     in_b: np.ndarray  # (codebook_dim,)
@@ -33,20 +60,29 @@ class VQStage:
     out_b: np.ndarray  # (input_dim,)
     codebook: np.ndarray  # (size, codebook_dim), raw
     codebook_unit: np.ndarray  # (size, codebook_dim), L2-normalized
+    sequential: bool = False
 
     @classmethod
-    def from_arrays(cls, in_w, in_b, out_w, out_b, codebook) -> "VQStage":
+    def from_arrays(cls, in_w, in_b, out_w, out_b, codebook, sequential: bool = False) -> "VQStage":
         f = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
         cb = f(codebook)
+        unit = sequential_unit(cb) if sequential else l2_normalize(cb)
         return cls(f(in_w).reshape(cb.shape[1], -1), f(in_b), f(out_w).reshape(-1, cb.shape[1]), f(out_b),
-                   cb, l2_normalize(cb))
+                   cb, unit, sequential)
 
     def quantize(self, residual: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(codes [T], projection [T, input_dim], margin [T]) for residual [T, input_dim]."""
-        latent = residual @ self.in_w.T + self.in_b
-        scores = l2_normalize(latent) @ self.codebook_unit.T  # [T, size]
+        if self.sequential:
+            unit = sequential_unit(sequential_affine(residual, self.in_w, self.in_b))
+            scores = sequential_affine(unit, self.codebook_unit, None)  # [T, size]
+        else:
+            latent = residual @ self.in_w.T + self.in_b
+            scores = l2_normalize(latent) @ self.codebook_unit.T  # [T, size]
         codes = np.argmax(scores, axis=1)  # first index wins ties
-        proj = self.codebook[codes] @ self.out_w.T + self.out_b
+        if self.sequential:
+            proj = sequential_affine(self.codebook[codes], self.out_w, self.out_b)
+        else:
+            proj = self.codebook[codes] @ self.out_w.T + self.out_b
         return codes.astype(np.int32), proj, _margins(scores, codes)
 
 

@@ -12,7 +12,11 @@ tensors. Roles decide how a tensor is held on the backend:
   role a quantized type (Q8_0, Q6_K, Q5_K, Q4_K; ``pyggml-codec quantize``) may take, and then it is
   held as stored in both modes (ggml's quantized products);
 * ``convT``  conv-transpose weights, F32, re-laid to ne [Cin, K, Cout] for one GEMM;
-* ``f32``    vectors, codebooks, depthwise kernels, VQ out_proj: F32;
+* ``dwconv`` the ConvNeXt depthwise kernels: F32 in "f32" mode, F16 in "s2cpp" mode (the C++
+  engine's ``ggml_conv_1d_dw`` takes F16 columns against them);
+* ``vq_out`` the VQ out_proj matrices: F32 in "f32" mode, as stored in "s2cpp" (the C++
+  engine's product is against the file's tensor: F16 x F16 in an F16 file);
+* ``f32``    vectors and codebooks: F32;
 * ``host``   VQ in_proj: numpy only (the encode VQ runs on the host).
 """
 
@@ -91,7 +95,7 @@ def _transformer(specs: list, p: str, tc: TransformerConfig, n_layer: int, ffn: 
 
 
 def _convnext(specs: list, p: str, d: int, parts) -> None:
-    specs.append(TensorSpec(f"{p}.dwconv.conv.weight", (d, 1, DW_K), "f32", parts))
+    specs.append(TensorSpec(f"{p}.dwconv.conv.weight", (d, 1, DW_K), "dwconv", parts))
     _vec(specs, f"{p}.dwconv.conv.bias", (d,), parts)
     _vec(specs, f"{p}.norm.weight", (d,), parts)
     _vec(specs, f"{p}.norm.bias", (d,), parts)
@@ -132,7 +136,7 @@ def _quantizer(specs: list, cfg: CodecConfig, ffn) -> None:
     for p, size in zip(stage_prefixes(q.n_residual), q.codebook_sizes):
         specs.append(TensorSpec(f"{p}.in_proj.weight", (q.codebook_dim, d, 1), "host", ENC))
         specs.append(TensorSpec(f"{p}.in_proj.bias", (q.codebook_dim,), "host", ENC))
-        specs.append(TensorSpec(f"{p}.out_proj.weight", (d, q.codebook_dim, 1), "f32", BOTH))
+        specs.append(TensorSpec(f"{p}.out_proj.weight", (d, q.codebook_dim, 1), "vq_out", BOTH))
         _vec(specs, f"{p}.out_proj.bias", (d,), BOTH)
         _vec(specs, f"{p}.codebook.weight", (size, q.codebook_dim), BOTH)
 
@@ -228,9 +232,9 @@ def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, precision: str, 
     if layout != "conv":  # (Cout, Cin, K) -> (K, Cout, Cin) [-> (n, Cout, Cin)]
         taps = np.ascontiguousarray(data.astype(np.float32).transpose(2, 0, 1))
         return WINOGRAD.weights(taps) if layout == "winograd" else taps
-    if spec.role in ("conv", "conv_ru"):
+    if spec.role in ("conv", "conv_ru", "dwconv"):
         return data.astype(np.float16 if precision == "s2cpp" else np.float32)
-    if spec.role == "linear":
+    if spec.role in ("linear", "vq_out"):
         return data if precision == "s2cpp" else data.astype(np.float32)
     return data.astype(np.float32)
 
@@ -246,8 +250,8 @@ def backend_layout(spec: TensorSpec, file_type: int, precision: str, plan: dict)
     if layout != "conv":
         cout, cin, k = spec.shape
         return 0, ((WINOGRAD.n if layout == "winograd" else k), cout, cin)
-    f16 = (spec.role in ("conv", "conv_ru") and precision == "s2cpp") or \
-        (spec.role == "linear" and precision == "s2cpp" and file_type == 1)
+    f16 = (spec.role in ("conv", "conv_ru", "dwconv") and precision == "s2cpp") or \
+        (spec.role in ("linear", "vq_out") and precision == "s2cpp" and file_type == 1)
     return (1 if f16 else 0), spec.shape
 
 

@@ -11,12 +11,24 @@ int pg_tensor_layout(int64_t * offsets) {
     return 5;
 }
 
+/* PG_EXACT (the second build, _kernels_exact: no -ffast-math, no FMA contraction) computes
+ * every value with the float operations of ggml's op chain, in its order: x + (sin(a x)^2 / a),
+ * with libm's scalar sinf, a true division, and x + (h + b); so the "s2cpp" precision gets
+ * ggml's bits. The default build multiplies by 1/a and lets the compiler vectorize sinf
+ * (libmvec) and reassociate the sums: faster, within float rounding of the same values. */
+#ifdef PG_EXACT
+#define PG_OVER(num, a, inv) ((num) / (a))
+#else
+#define PG_OVER(num, a, inv) ((num) * (inv))
+#endif
+
 /* y = x + sin(a x)^2 / a over [n] values sharing one alpha */
 static void snake_run(float * restrict y, const float * restrict x, int64_t n, float a) {
     const float inv = 1.0f / a;
+    (void) inv;
     for (int64_t i = 0; i < n; i++) {
         const float s = sinf(a * x[i]);
-        y[i] = x[i] + s * s * inv;
+        y[i] = x[i] + PG_OVER(s * s, a, inv);
     }
 }
 
@@ -143,10 +155,11 @@ void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
             float * y = f16 ? tmp : (float *) dst->data + i + j0;
             if (per_row) {
                 const float a = al[r], b = bs[r], inv = 1.0f / a;
+                (void) inv;
                 for (int64_t k = 0; k < m; k++) {
                     const float t = xi[k] + b;
                     const float sn = sinf(a * t);
-                    y[k] = t + sn * sn * inv;
+                    y[k] = t + PG_OVER(sn * sn, a, inv);
                 }
             } else {
                 const float * a = al + c + j0, * b = bs + c + j0;
@@ -161,9 +174,9 @@ void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
     })
 }
 
-/* dst = (h + b) + x: a conv's bias and the residual add after it in one pass (the order of
-   ggml_add(ggml_add(h, b), x)). src0 h, src2 x: contiguous F32 [n0, rows]; src1 bias: F32
-   [n0, 1] or [1, rows]. */
+/* dst = (h + b) + x: a conv's bias and the residual add after it in one pass, the values of
+   ggml_add(x, ggml_add(h, b)) in the exact build (the default build may reassociate them).
+   src0 h, src2 x: contiguous F32 [n0, rows]; src1 bias: F32 [n0, 1] or [1, rows]. */
 void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
     (void) userdata;
     struct pg_tensor * dst = dst_;
