@@ -87,8 +87,11 @@ class Codec:
         # this length (streaming.StreamDecoder: same audio to float rounding), so the compute
         # buffer stays bounded by the chunk instead of growing with the input (one-shot: about
         # 4.3 MB per frame at full size). None decodes in one graph at any length (up to
-        # inputs.MAX_DECODE_FRAMES), as the C++ engine does; the default on GPU backends.
-        self.decode_chunk_frames: int | None = DECODE_CHUNK_FRAMES if model.backend.is_cpu else None
+        # inputs.MAX_DECODE_FRAMES), as the C++ engine does; the default on GPU backends and in
+        # the s2cpp precision (whose point is the C++ engine's bits: its one graph per stage;
+        # chunks move F16 roundings, 2e-4 rel RMS on the tiny model).
+        self.decode_chunk_frames: int | None = (
+            DECODE_CHUNK_FRAMES if model.backend.is_cpu and precision == "f32" else None)
 
     # ----------------------------------------------------------------- properties
 
