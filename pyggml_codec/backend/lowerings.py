@@ -43,13 +43,26 @@ def probe_ops(backend: Backend) -> dict[str, bool]:
         lib.ggml_free(ctx)
 
 
-def choose_lowerings(backend: Backend, overrides: dict | None = None) -> dict:
-    """The graph-level lowering of each op with alternatives, for this backend.
+# What the "s2cpp" precision computes: the C++ engine's formulations, whose sums it must
+# reproduce bit for bit (ggml's mul_mat, not the BLAS; im2col convs; attention over full
+# masked rows, since a softmax sums its row in SIMD lanes and shorter rows round otherwise).
+S2CPP_LOWERINGS = {"matmul": "ggml", "conv": "im2col", "attention": "full"}
+
+
+def choose_lowerings(backend: Backend, overrides: dict | None = None, precision: str = "f32") -> dict:
+    """The graph-level lowering of each op with alternatives, for this backend and precision.
 
     Metal in ggml 0.15.3 has no DIAG_MASK_INF, no left padding and no COL2IM_1D; the C++
     engine gives Metal explicit masks. ``overrides`` forces a choice (tests run every
-    lowering on the CPU backend against the reference).
+    lowering on the CPU backend against the reference). The "s2cpp" precision takes
+    :data:`S2CPP_LOWERINGS` and refuses overrides against them.
     """
+    if precision == "s2cpp":
+        clash = {k: v for k, v in (overrides or {}).items() if k in S2CPP_LOWERINGS and v != S2CPP_LOWERINGS[k]}
+        if clash:
+            raise ValueError(f"precision='s2cpp' reproduces the C++ engine's sums and runs {S2CPP_LOWERINGS}; "
+                             f"the lowering(s) {clash} would change them (use precision='f32')")
+        overrides = {**(overrides or {}), **S2CPP_LOWERINGS}
     support = probe_ops(backend)
     blas = backend.is_cpu and kernels.BLAS is not None
     plan = {

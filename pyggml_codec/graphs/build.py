@@ -44,16 +44,14 @@ class CodecGraphs:
         plan = self.model.plan
         fast_cpu = custom_kernels and plan["kernels"] and kernels.AVAILABLE
         layout = ru_layout(plan, self.precision)  # plan "blas"/"taps"/"winograd" imply a BLAS was found
-        # "s2cpp" computes what the C++ engine's graphs compute: every product by ggml's mul_mat
-        # (the BLAS sums in another order), the kernels' exact build (ggml's op values), and
-        # attention over the full masked rows (a softmax sums its row in SIMD lanes, so the
-        # blocked form's shorter rows round differently past one block).
+        # "s2cpp": the plan holds the C++ engine's lowerings (lowerings.S2CPP_LOWERINGS) and the
+        # kernels run their exact build (ggml's op values, bit for bit).
         exact = self.precision == "s2cpp"
         return ops.Builder(ctx=ctx, precision=self.precision, explicit_causal_mask=plan["mask"] == "explicit",
                            keep_stages=keep_stages, snake_kernel=fast_cpu, im2col_kernel=fast_cpu,
                            exact_kernels=exact,
                            conv_transpose=plan["conv_transpose"], left_pad=plan["left_pad"],
-                           attention="full" if exact else plan["attention"], matmul=plan["matmul"] if fast_cpu and not exact else "ggml",
+                           attention=plan["attention"], matmul=plan["matmul"] if fast_cpu else "ggml",
                            conv=layout if layout != "conv" and fast_cpu else "im2col", ru_weights=layout,
                            quantized=plan.get("quantized", "native"))
 

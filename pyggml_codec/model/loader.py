@@ -93,7 +93,7 @@ def load_model(source: Any, backend: Backend, parts: str, precision: str,
         check_tensors(mf, specs, prefix)
         _warn_quantized_s2cpp(mf, prefix, precision)
         model = LoadedModel(config=config, backend=backend, parts=parts, source=mf.source,
-                            plan=choose_lowerings(backend, lowerings))
+                            plan=choose_lowerings(backend, lowerings, precision))
         wanted = [s for s in specs if (parts == "all" or parts in s.parts) and s.role != "host"]
         _upload(model, mf, prefix, wanted, precision, host_tensors or {})
         if parts in ("all", "encode"):
