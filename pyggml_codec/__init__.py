@@ -28,6 +28,7 @@ from .errors import (
     InputError,
     ModelFileError,
     PerformanceWarning,
+    ExactnessWarning,
     TensorError,
 )
 from .inputs import EncodeResult
@@ -37,7 +38,7 @@ from .streaming import StreamDecoder
 __all__ = [
     "load", "Codec", "CodecConfig", "EncodeResult", "available_backends", "devices", "__version__",
     "CodecError", "ModelFileError", "ConfigError", "TensorError", "InputError", "BackendError", "GraphError",
-    "ClosedError", "CodeFileError", "AudioFileError", "PerformanceWarning", "DeviceInfo", "StreamDecoder",
+    "ClosedError", "CodeFileError", "AudioFileError", "PerformanceWarning", "ExactnessWarning", "DeviceInfo", "StreamDecoder",
 ]
 
 # The flat module paths of 0.1 (pyggml_codec.audio, .codefiles, .kernels, ...) still import: each

@@ -19,6 +19,7 @@ import numpy as np
 from .backend.graph import Graph
 from .errors import ClosedError, GraphError, InputError
 from .graphs.build import ENCODER_CTX, FUSED_CTX, QUANTIZER_CTX, Build, CodecGraphs
+from .graphs.ops import Choices
 from .inputs import DECODE_PATHS, MAX_DECODE_FRAMES, PAD_POLICIES, PRECISIONS, EncodeResult, check_audio, check_codes
 from .model import vq
 from .model.config import CodecConfig
@@ -76,7 +77,7 @@ class Codec:
         self._cache = _GraphCache(GRAPH_CACHE_SIZE)
         self.failed_fused_frames: set[int] = set()
         self._lock = threading.RLock()
-        self.lowerings: dict[str, str] = {}
+        self.lowerings = Choices()  # every lowering the graphs built so far used (ops.Choices)
         # Compiled CPU kernels (kernels.py) where ggml is slow, when the lowering plan allows
         # them; set False (then clear_cache()) to run plain ggml ops, e.g. to compare the two.
         self.use_custom_kernels = True

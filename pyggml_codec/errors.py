@@ -50,3 +50,8 @@ class AudioFileError(CodecError, ValueError):
 class PerformanceWarning(UserWarning):
     """The CPU runs a slower path than this install should give (compiled kernels or the BLAS
     missing); the message names the reason and the fix."""
+
+
+class ExactnessWarning(UserWarning):
+    """precision="s2cpp" cannot be bit-exact with s2.cpp here (e.g. a ggml build with LLAMAFILE
+    on); the message names the reason and the fix."""

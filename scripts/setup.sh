@@ -2,8 +2,9 @@
 # Create the virtual environment with pyggml_codec and its test extra, and fetch the
 # reference wheels. Sourced by test.sh and bench.sh.
 # Environment: PYGGML_VENV (default .venv), TORCH_SPEC (default torch==2.13.0, a CPU build),
-# CMAKE_ARGS (default -DGGML_LLAMAFILE=ON: ggml's fast CPU matmuls; add -DGGML_CUDA=on etc.; a cached
-# ggml-python wheel that lacks what was asked is rebuilt).
+# CMAKE_ARGS (default -DGGML_LLAMAFILE=OFF, ggml's and s2.cpp's default: the build whose F16 products
+# the s2cpp precision reproduces bit for bit; add -DGGML_CUDA=on etc.; a cached ggml-python wheel
+# that does not match what was asked is rebuilt).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VENV="${PYGGML_VENV:-.venv}"
@@ -11,18 +12,19 @@ python3 -m venv "$VENV"
 . "$VENV/bin/activate"
 python -m pip install -q --upgrade pip
 python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
-export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_LLAMAFILE=ON}"
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_LLAMAFILE=OFF}"
 python -m pip install -q -e ".[test]"
 # The corpus job's extra: its tests skip (saying so) where Ray has no wheel for this Python or platform.
 python -m pip install -q -e ".[ray]" || echo "warning: the [ray] extra did not install; its tests will skip" >&2
 # pip reuses a ggml-python wheel from its cache without a word, and CMAKE_ARGS is then ignored:
-# rebuild when the build lacks what was asked (llamafile) or an ISA extension this machine has.
+# rebuild when its llamafile setting is not what was asked, or it lacks an ISA extension this machine has.
 if ! python - <<'PY'
 import os, sys
 from pyggml_codec.backend import buildinfo
-want_llamafile = "-DGGML_LLAMAFILE=ON" in os.environ.get("CMAKE_ARGS", "")
+args = os.environ.get("CMAKE_ARGS", "")
+want_llamafile = "-DGGML_LLAMAFILE=ON" in args
 info = buildinfo.build_info()
-stale = (want_llamafile and not info["llamafile"]) or info["machine_isa_unused_by_build"]
+stale = want_llamafile != info["llamafile"] or info["machine_isa_unused_by_build"]
 if stale:
     print(f"ggml-python from pip's cache does not match this machine or CMAKE_ARGS "
           f"(llamafile {info['llamafile']}, unused ISA {info['machine_isa_unused_by_build']}): rebuilding")

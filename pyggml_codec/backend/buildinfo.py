@@ -17,8 +17,42 @@ from . import binding, kernels
 _ISA_FLAGS = {"AVX": "avx", "AVX2": "avx2", "F16C": "f16c", "FMA": "fma", "AVX512": "avx512f"}  # the ones
 # ggml's F16/F32 dot products and conversions are compiled for; a build without one runs slower
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # backend/ -> the package
-REBUILD = ('CMAKE_ARGS="-DGGML_LLAMAFILE=ON" pip install --no-cache-dir --force-reinstall --no-deps '
+REBUILD = ('CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --no-cache-dir --force-reinstall --no-deps '
            'ggml-python=={version}')
+
+
+def isa_key(features: dict) -> str | None:
+    """The summation order of ggml's F16 dot product in a build with these CPU features
+    (``ggml_cpu_has_*`` or ``ggml_backend_get_features`` names): "avx512" (16 lanes) or "avx2"
+    (8 lanes, with FMA and F16C); None for other builds. Bit-exactness with s2.cpp holds
+    between builds of one key; the golden s2.cpp dumps are kept per key."""
+    f = {str(k).lower(): v not in ("", "0", 0, False, None) for k, v in features.items()}
+    if f.get("avx512"):
+        return "avx512"
+    if f.get("avx2") and f.get("fma") and f.get("f16c"):
+        return "avx2"
+    return None
+
+
+def s2cpp_exactness() -> dict:
+    """Whether this ggml build can reproduce s2.cpp's CPU build bit for bit in the "s2cpp"
+    precision: {"exact": True/False/None (not verified), "isa": key, "reason": text}.
+
+    LLAMAFILE routes F16 products through tinyBLAS, which sums in another order than the
+    ``ggml_vec_dot_f16`` of s2.cpp's default build (LLAMAFILE off): measured 5e-4 rel RMS."""
+    features = binding.cpu_features()
+    isa = isa_key(features)
+    if binding.has_llamafile():
+        return {"exact": False, "isa": isa, "reason": (
+            "this ggml build has LLAMAFILE on: its F16 products (tinyBLAS) sum in another order than "
+            "s2.cpp's default build, so precision='s2cpp' is within F16 rounding of s2.cpp (about 5e-4 rel "
+            f"RMS), not bit-exact; rebuild: {REBUILD.format(version=binding.binding_version())}")}
+    if isa is None:
+        return {"exact": None, "isa": None, "reason": (
+            "this ggml build has neither AVX-512 nor AVX2+FMA+F16C: bit-exactness with s2.cpp is not verified "
+            "for its ISA (compare with your own s2.cpp build: pyggml-codec s2cpp-compare)")}
+    return {"exact": True, "isa": isa, "reason": (
+        f"bit-exact with s2.cpp's CPU build of the same ISA ({isa}, LLAMAFILE off, its default flags)")}
 
 
 def source_tree() -> str | None:
@@ -74,6 +108,7 @@ def build_info() -> dict:
         "ggml_python": binding.binding_version(),
         "cpu_features": enabled,
         "llamafile": binding.has_llamafile(),
+        "s2cpp_exact": s2cpp_exactness(),
         "openmp": "OPENMP" in enabled,
         "machine_isa_unused_by_build": unused,
         "kernels": {"compiled": kernels.AVAILABLE, "reason": kernels.UNAVAILABLE_REASON},
@@ -90,6 +125,10 @@ def build_info() -> dict:
     return info
 
 
+def _exact_word(e: dict) -> str:
+    return {True: "yes", False: "NO", None: "unverified"}[e["exact"]]
+
+
 def format_build_info(info: dict) -> str:
     blas = info["blas"]
     if "path" in blas:
@@ -104,6 +143,7 @@ def format_build_info(info: dict) -> str:
         f"ggml            {info['ggml']} (ggml-python {info['ggml_python']})",
         f"CPU features    {' '.join(info['cpu_features']) or 'none reported'}",
         f"llamafile       {'on' if info['llamafile'] else 'off'}",
+        f"s2cpp exact     {_exact_word(info['s2cpp_exact'])}: {info['s2cpp_exact']['reason']}",
         f"OpenMP          {'on' if info['openmp'] else 'off'}",
         f"CPU kernels     {'compiled, in use on the CPU' if kern['compiled'] else 'unavailable: ' + str(kern['reason'])}",
         f"BLAS            {blas_line}",

@@ -51,6 +51,22 @@ class Carry:
     clocks: dict[str, tuple[str, int, int]] = field(default_factory=dict)
 
 
+class Choices(dict):
+    """Lowerings used, op -> choice: a second, different choice for an op is kept beside the
+    first ("blas+ggml"), so that a report over several graphs (or several convs of one) shows
+    every formulation that ran, not the last one. Non-string values (summaries) are replaced."""
+
+    def __setitem__(self, key, value) -> None:
+        old = self.get(key)
+        if isinstance(old, str) and isinstance(value, str) and old != value:
+            value = "+".join(sorted(set(old.split("+")) | set(value.split("+"))))
+        super().__setitem__(key, value)
+
+    def update(self, other=(), **kw) -> None:  # type: ignore[override]
+        for key, value in dict(other, **kw).items():
+            self[key] = value
+
+
 @dataclass
 class Builder:
     """The state of one graph under construction: its context, its inputs, its choices.
@@ -65,7 +81,7 @@ class Builder:
     keep_stages: bool = False
     inputs: list[tuple[Tensor, np.ndarray]] = field(default_factory=list)
     stages: dict[str, Tensor] = field(default_factory=dict)
-    lowerings: dict[str, str] = field(default_factory=dict)
+    lowerings: Choices = field(default_factory=Choices)
     stream: Carry | None = None  # set: build one chunk of a stream (see Carry)
     snake_kernel: bool = False  # use the compiled Snake custom op (CPU backend only)
     exact_kernels: bool = False  # "s2cpp": the kernels' exact build (ggml's values), else ggml's ops

@@ -15,12 +15,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..backend import binding
+from ..backend import binding, buildinfo
 from ..backend.binding import QUANT_TYPES
 from ..backend.graph import WeightBuffer
 from ..backend.lowerings import choose_lowerings
 from ..backend.runtime import Backend
-from ..errors import ModelFileError
+from ..errors import ExactnessWarning, ModelFileError
 from .config import CodecConfig
 from .gguf_file import ModelFile
 from .vq import VQStage, stage_prefixes
@@ -92,6 +92,8 @@ def load_model(source: Any, backend: Backend, parts: str, precision: str,
         specs = expected_tensors(config, ffn_width_reader(mf, prefix))
         check_tensors(mf, specs, prefix)
         _warn_quantized_s2cpp(mf, prefix, precision)
+        if precision == "s2cpp" and backend.is_cpu:
+            _warn_s2cpp_build()
         model = LoadedModel(config=config, backend=backend, parts=parts, source=mf.source,
                             plan=choose_lowerings(backend, lowerings, precision))
         wanted = [s for s in specs if (parts == "all" or parts in s.parts) and s.role != "host"]
@@ -107,6 +109,13 @@ def load_model(source: Any, backend: Backend, parts: str, precision: str,
             model.buffer.free()
         backend.free()
         raise
+
+
+def _warn_s2cpp_build() -> None:
+    """An ExactnessWarning when this ggml build cannot give s2.cpp's bits (buildinfo.s2cpp_exactness)."""
+    exactness = buildinfo.s2cpp_exactness()
+    if exactness["exact"] is False:
+        warnings.warn(exactness["reason"], ExactnessWarning, stacklevel=4)
 
 
 def _warn_quantized_s2cpp(mf: ModelFile, prefix: str, precision: str) -> None:

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..backend.buildinfo import isa_key  # noqa: F401  (the golden-set key, re-exported)
 from ..errors import CodecError
 from ..io.dumps import Dump
 from .compare import Report, compare
@@ -123,17 +124,6 @@ def harness_info(exe: str | os.PathLike) -> dict[str, Any]:
     return json.loads(_run(Path(exe), ["info"], 60))
 
 
-def isa_key(features: Mapping[str, Any]) -> str | None:
-    """The golden-set key for a ggml build's CPU features (``ggml_cpu_has_*``), or None when the
-    build has neither AVX-512 nor AVX2+FMA+F16C (no golden set covers it)."""
-    f = {k.lower(): bool(v) for k, v in features.items()}
-    if f.get("avx512"):
-        return "avx512"
-    if f.get("avx2") and f.get("fma") and f.get("f16c"):
-        return "avx2"
-    return None
-
-
 def check_model_for_s2cpp(model: str | os.PathLike) -> None:
     """S2cppError for a file the C++ engine cannot run: an F32 file aborts in ggml's im2col
     (``ggml_conv_1d`` asks for F16 columns against the file's conv kernels)."""
@@ -182,20 +172,92 @@ def compare_with_s2cpp(codec, kind: str, data: np.ndarray, s2cpp: Dump | None = 
     ``s2cpp``: s2.cpp's dump when already at hand (a golden file); else ``exe`` and ``model``
     run the harness. Encode runs with ``pad_to="frame_length"``, as s2.cpp pads.
     """
-    from ..io.dumps import dump_decode, dump_encode, load_dump
-
     if s2cpp is None:
         if exe is None or model is None:
             raise ValueError("give either s2.cpp's dump or the harness executable and the model file")
         check_model_for_s2cpp(model)
         s2cpp = run_harness(exe, kind, model, data, threads or codec.n_threads)
+    ours = our_stages(codec, kind, data)
+    report = compare(dict(s2cpp.stages), ours, tolerances or EXACT)
+    report.a, report.b = "s2.cpp", f"pyggml_codec ({codec.precision})"
+    return report
+
+
+# --------------------------------------------------------------------------- golden dumps
+
+GOLDEN_FULL_LIMIT = 4096  # stages up to this many elements are kept whole, larger ones as a digest
+GOLDEN_WHOLE = ("codes", "audio")  # always whole: the inputs of decode and encode, and the output
+
+
+def _digest(arr: np.ndarray) -> str:
+    arr = np.ascontiguousarray(arr)
+    return f"{arr.dtype.str}:{'x'.join(map(str, arr.shape))}:{hashlib.sha256(arr.tobytes()).hexdigest()}"
+
+
+def save_golden(dump: Dump, path: str | os.PathLike, meta: Mapping[str, Any] | None = None,
+                full_limit: int = GOLDEN_FULL_LIMIT) -> Path:
+    """Write s2.cpp's stages compactly: small stages whole, large ones as a SHA-256 digest of
+    their bytes (dtype, shape, hash) with their RMS, so a bit-exact check needs no large file."""
+    entries: dict[str, np.ndarray] = {}
+    digests: dict[str, dict[str, Any]] = {}
+    for name, arr in dump.stages.items():
+        if arr.size <= full_limit or name in GOLDEN_WHOLE:
+            entries[name] = np.ascontiguousarray(arr)
+        else:
+            digests[name] = {"digest": _digest(arr), "rms": float(np.sqrt(np.mean(np.square(arr, dtype=np.float64))))}
+    info = {**dump.meta, **(meta or {}), "order": list(dump.stages), "digests": digests}
+    entries["__golden__"] = np.array(json.dumps(info, allow_nan=False, default=str))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        np.savez_compressed(f, **entries)
+    return path
+
+
+def load_golden(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(whole stages, metadata with ``order`` and ``digests``) of a golden file."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["__golden__"][()]))
+            return {n: z[n] for n in z.files if n != "__golden__"}, meta
+    except (OSError, ValueError, KeyError) as exc:
+        raise S2cppError(f"{path}: unreadable golden s2.cpp dump ({exc})") from None
+
+
+def compare_golden(path: str | os.PathLike, ours: Mapping[str, np.ndarray]) -> Report:
+    """Compare this library's stages with a golden s2.cpp dump, bit for bit: whole stages by
+    value (the report shows how far), digested ones by hash (and RMS, when they differ)."""
+    from .compare import StageResult, compare_stage
+
+    whole, meta = load_golden(path)
+    results = []
+    for name in meta["order"]:
+        if name not in ours:
+            continue
+        if name in whole:
+            results.append(compare_stage(name, whole[name], ours[name], dict(EXACT)))
+            continue
+        d = meta["digests"][name]
+        arr = np.ascontiguousarray(ours[name])
+        rms = float(np.sqrt(np.mean(np.square(arr, dtype=np.float64))))
+        same = _digest(arr) == d["digest"]
+        shape = tuple(int(n) for n in d["digest"].split(":")[1].split("x"))
+        violations = [] if same else [f"bits differ (digest; rms {d['rms']:.6e} vs {rms:.6e})"]
+        metrics = {"max_abs": 0.0, "rel_rms": 0.0} if same else {}
+        results.append(StageResult(name, "digest", shape, tuple(arr.shape), metrics, dict(EXACT), violations))
+    missing = [n for n in meta["order"] if n not in ours]
+    return Report(f"s2.cpp golden {Path(path).name}", "pyggml_codec", "dump", results, only_in_a=missing,
+                  only_in_b=[n for n in ours if n not in meta["order"]])
+
+
+def our_stages(codec, kind: str, data: np.ndarray) -> dict[str, np.ndarray]:
+    """This library's stages for ``data`` in the dump layout (encode as s2.cpp pads)."""
+    from ..io.dumps import dump_decode, dump_encode, load_dump
+
     with tempfile.TemporaryDirectory(prefix="pyggml_dump_") as tmp:
         path = Path(tmp) / "ours.npz"
         if kind == "decode":
             dump_decode(codec, np.asarray(data, np.int32), path)
         else:
             dump_encode(codec, np.asarray(data, np.float32), path, sample_rate=codec.sample_rate, pad_to="frame_length")
-        ours = load_dump(path)
-    report = compare(dict(s2cpp.stages), dict(ours.stages), tolerances or EXACT)
-    report.a, report.b = "s2.cpp", f"pyggml_codec ({codec.precision})"
-    return report
+        return dict(load_dump(path).stages)

@@ -3,6 +3,7 @@
 //   s2cpp_dump info
 //   s2cpp_dump decode MODEL.gguf CODES.npy OUT_DIR [THREADS]
 //   s2cpp_dump encode MODEL.gguf AUDIO.npy OUT_DIR [THREADS]
+//   s2cpp_dump time decode|encode MODEL.gguf INPUT.npy THREADS REPEATS
 //
 // s2.cpp's codec source is included whole (S2CPP_CODEC_SOURCE, set by CMakeLists.txt), so the
 // stages are built by s2.cpp's own graph builders (build_transformer, build_decoder_block, ...).
@@ -15,7 +16,9 @@
 // self-check failed.
 #include S2CPP_CODEC_SOURCE
 
+#include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -369,12 +372,54 @@ int run_encode(AudioCodec & codec, const Array & audio_in, Dump & dump, int thre
 
 }  // namespace
 
+// s2cpp_dump time decode|encode MODEL INPUT.npy THREADS REPEATS: AudioCodec::decode (encode)
+// run once to warm up, then REPEATS times; prints JSON with the wall and process CPU seconds
+// of each timed call (for benchmarks side by side with the Python codec).
+int run_time(int argc, char ** argv) {
+    if (argc != 7) fail(2, "usage: s2cpp_dump time decode|encode MODEL.gguf INPUT.npy THREADS REPEATS");
+    const std::string kind = argv[2];
+    const int threads = std::atoi(argv[5]), repeats = std::atoi(argv[6]);
+    if ((kind != "decode" && kind != "encode") || threads < 1 || repeats < 1) fail(2, "bad time arguments");
+    const Array input = read_npy(argv[4]);
+    AudioCodec codec;
+    if (!codec.load(argv[3], -1, s2::BackendType::CPU)) fail(3, std::string("s2.cpp could not load ") + argv[3]);
+    auto once = [&] {
+        if (kind == "decode") {
+            if (input.descr != "<i4" || input.shape.size() != 2) fail(2, "codes must be int32 (K, T)");
+            std::vector<float> audio;
+            if (!codec.decode(reinterpret_cast<const int32_t *>(input.data.data()), static_cast<int32_t>(input.shape[1]),
+                              threads, audio)) fail(3, "AudioCodec::decode failed");
+        } else {
+            if (input.descr != "<f4" || input.shape.size() != 1) fail(2, "audio must be float32 (n,)");
+            std::vector<int32_t> codes;
+            int32_t frames = 0;
+            if (!codec.encode(reinterpret_cast<const float *>(input.data.data()), static_cast<int32_t>(input.shape[0]),
+                              threads, codes, frames)) fail(3, "AudioCodec::encode failed");
+        }
+    };
+    once();
+    std::printf("{\"wall_s\": [");
+    std::string cpu = "";
+    for (int i = 0; i < repeats; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const std::clock_t c0 = std::clock();
+        once();
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double used = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+        std::printf("%s%.6f", i ? ", " : "", wall);
+        cpu += (i ? ", " : "") + std::to_string(used);
+    }
+    std::printf("], \"cpu_s\": [%s], \"threads\": %d, \"ggml\": %s}\n", cpu.c_str(), threads, features_json().c_str());
+    return 0;
+}
+
 int main(int argc, char ** argv) {
     const std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "info") {
         std::printf("%s\n", features_json().c_str());
         return 0;
     }
+    if (mode == "time") return run_time(argc, argv);
     if ((mode != "decode" && mode != "encode") || argc < 5 || argc > 6)
         fail(2, "usage: s2cpp_dump info | decode MODEL.gguf CODES.npy OUT_DIR [THREADS] | "
                 "encode MODEL.gguf AUDIO.npy OUT_DIR [THREADS]");

@@ -1,0 +1,167 @@
+"""precision="s2cpp" against the C++ engine s2.cpp, bit for bit.
+
+* Golden dumps (tests/golden/s2cpp/<isa>/, written by tools/make_s2cpp_golden.py from s2.cpp
+  2c33261 through this package's harness) on the committed tiny model: every stage of decode and
+  encode must equal s2.cpp's, max abs difference 0, at 1 and 2 threads. The set is chosen by
+  the ISA of this ggml build (the summation order of ggml's F16 dot product); a build with no
+  set, or with LLAMAFILE on, skips with the reason.
+* With PYGGML_S2CPP_DIR set to an s2.cpp source tree: the harness is built against it and the
+  same comparison runs live at more lengths (12 and 158 frames: one and many attention windows).
+* Bad input to the comparison: a clear S2cppError, never a hang or a silent pass.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pyggml_codec as pc
+from pyggml_codec.backend import binding, buildinfo
+from pyggml_codec.tools import s2cpp
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "s2cpp"
+MODEL = GOLDEN / "tiny_f16_s0.gguf"
+
+
+def golden_set() -> Path:
+    exactness = buildinfo.s2cpp_exactness()
+    if exactness["exact"] is False:
+        pytest.skip(exactness["reason"])
+    isa = exactness["isa"]
+    if isa is None or not (GOLDEN / isa).is_dir():
+        pytest.skip(f"no golden s2.cpp set for this ggml build's ISA ({isa}; features {binding.cpu_features()})")
+    return GOLDEN / isa
+
+
+def golden_input(path: Path, name: str) -> np.ndarray:
+    whole, _ = s2cpp.load_golden(path)
+    return whole[name]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("kind", ["decode", "encode"])
+def test_s2cpp_precision_matches_golden_bit_for_bit(kind, threads):
+    """Metric: max |ours - s2.cpp| per stage (digests for large stages); tolerance 0."""
+    path = golden_set() / f"{kind}.npz"
+    data = golden_input(path, "codes" if kind == "decode" else "audio")
+    with pc.load(MODEL, backend="cpu", precision="s2cpp", n_threads=threads) as codec:
+        ours = s2cpp.our_stages(codec, kind, data)
+        report = s2cpp.compare_golden(path, ours)
+        print(f"\n{kind}, {threads} thread(s), golden {path.parent.name}:\n{report.table()}")
+        assert report.ok, report.verdict()
+        assert not report.only_in_a, f"stages missing from ours: {report.only_in_a}"
+        if kind == "decode":  # the plain call (no stages kept) is the same one-graph decode
+            audio = codec.decode(data)
+            assert np.array_equal(audio, golden_input(path, "audio")), "plain decode differs from s2.cpp"
+            assert codec.decode_chunk_frames is None
+
+
+def test_golden_comparison_can_fail():
+    """The f32 precision is not s2.cpp's rounding: the same check must report a difference."""
+    path = golden_set() / "decode.npz"
+    with pc.load(MODEL, backend="cpu", precision="f32") as codec:
+        report = s2cpp.compare_golden(path, s2cpp.our_stages(codec, "decode", golden_input(path, "codes")))
+    print(report.table())
+    assert not report.ok and report.first_failure is not None
+
+
+def test_golden_sets_differ_by_isa():
+    """The sets are keyed by ISA because they differ: AVX2's F16 sums round otherwise than AVX-512's."""
+    a, ma = s2cpp.load_golden(GOLDEN / "avx512" / "decode.npz")
+    b, mb = s2cpp.load_golden(GOLDEN / "avx2" / "decode.npz")
+    assert np.array_equal(a["codes"], b["codes"])
+    assert not np.array_equal(a["audio"], b["audio"])
+    assert ma["isa"] == "avx512" and mb["isa"] == "avx2"
+
+
+# --------------------------------------------------------------------------- against a live s2.cpp
+
+def _live_exe() -> Path:
+    tree = os.environ.get("PYGGML_S2CPP_DIR")
+    if not tree:
+        pytest.skip("PYGGML_S2CPP_DIR (an s2.cpp source tree with its ggml submodule) is not set")
+    return s2cpp.build_harness(tree)
+
+
+@pytest.mark.parametrize("frames", [12, 158])
+def test_s2cpp_precision_matches_live_s2cpp(frames):
+    exe = _live_exe()
+    if s2cpp.isa_key(s2cpp.harness_info(exe)) != buildinfo.s2cpp_exactness()["isa"]:
+        pytest.skip("the s2.cpp build and this ggml build differ in ISA")
+    rng = np.random.default_rng(frames)
+    codes = np.stack([rng.integers(0, s, frames) for s in (64,) + (32,) * 9]).astype(np.int32)
+    audio = (0.3 * np.sin(np.arange(frames * 2048 - 100) * 0.05)).astype(np.float32)
+    for threads in (1, 2):
+        with pc.load(MODEL, backend="cpu", precision="s2cpp", n_threads=threads) as codec:
+            for kind, data in (("decode", codes), ("encode", audio)):
+                report = s2cpp.compare_with_s2cpp(codec, kind, data, exe=exe, model=MODEL, threads=threads)
+                print(f"\n{kind} {frames} frames {threads} thread(s):\n{report.table()}")
+                assert report.ok, report.verdict()
+
+
+# --------------------------------------------------------------------------- bad input
+
+def test_not_an_s2cpp_tree(tmp_path):
+    with pytest.raises(s2cpp.S2cppError, match="not an s2.cpp source tree"):
+        s2cpp.check_tree(tmp_path)
+    with pytest.raises(s2cpp.S2cppError, match="not a directory"):
+        s2cpp.check_tree(tmp_path / "absent")
+    for name in s2cpp.REQUIRED_FILES[:-1]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    with pytest.raises(s2cpp.S2cppError, match="ggml submodule"):
+        s2cpp.check_tree(tmp_path)
+
+
+def test_harness_build_failure_is_reported(tmp_path):
+    if not __import__("shutil").which("cmake"):
+        pytest.skip("cmake not on PATH")
+    for name in s2cpp.REQUIRED_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    (tmp_path / "ggml" / "CMakeLists.txt").write_text("message(FATAL_ERROR \"this ggml does not configure\")\n")
+    with pytest.raises(s2cpp.S2cppError, match="building the s2.cpp harness failed") as err:
+        s2cpp.build_harness(tmp_path, tmp_path / "build", timeout=300)
+    assert "does not configure" in str(err.value)
+
+
+def test_f32_model_is_refused_before_running(tiny_model):
+    with pytest.raises(s2cpp.S2cppError, match="F32 conv weights"):
+        s2cpp.check_model_for_s2cpp(tiny_model.f32_path)
+    s2cpp.check_model_for_s2cpp(MODEL)  # F16: accepted
+
+
+def _fake_exe(tmp_path: Path, body: str) -> Path:
+    exe = tmp_path / "s2cpp_dump"
+    exe.write_text("#!/bin/sh\n" + body + "\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return exe
+
+
+def test_harness_abort_hang_and_failure_are_errors(tmp_path):
+    codes = np.zeros((10, 4), np.int32)
+    exe = _fake_exe(tmp_path, "echo 'GGML_ASSERT(...) failed' >&2; kill -ABRT $$")
+    with pytest.raises(s2cpp.S2cppError, match="aborted"):
+        s2cpp.run_harness(exe, "decode", MODEL, codes)
+    exe = _fake_exe(tmp_path, "sleep 30")
+    with pytest.raises(s2cpp.S2cppError, match="ran over"):
+        s2cpp.run_harness(exe, "decode", MODEL, codes, timeout=1)
+    exe = _fake_exe(tmp_path, "echo 's2cpp_dump: s2.cpp could not load x' >&2; exit 3")
+    with pytest.raises(s2cpp.S2cppError, match="could not load"):
+        s2cpp.run_harness(exe, "decode", MODEL, codes)
+    exe = _fake_exe(tmp_path, 'mkdir -p "$4"; echo \'{"kind": "decode", "self_check": false, "stages": []}\' > "$4/stages.json"')
+    with pytest.raises(s2cpp.S2cppError, match="do not reproduce"):
+        s2cpp.run_harness(exe, "decode", MODEL, codes)
+    with pytest.raises(ValueError, match="kind"):
+        s2cpp.run_harness(exe, "both", MODEL, codes)
+
+
+def test_unreadable_golden(tmp_path):
+    bad = tmp_path / "g.npz"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(s2cpp.S2cppError, match="unreadable golden"):
+        s2cpp.load_golden(bad)
