@@ -1,5 +1,6 @@
-"""The diagnostics commands: ``compare`` (two dumps, code files or audio files, stage by stage)
-and ``bench-backends`` (the same decode and encode on every backend of this build)."""
+"""The diagnostics commands: ``compare`` (two dumps, code files or audio files, stage by stage),
+``bench-backends`` (the same decode and encode on every backend of this build) and
+``s2cpp-compare`` (this library's s2cpp precision against the user's own s2.cpp build)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,25 @@ def register_cli(subparsers) -> None:
     bench.add_argument("--threads", type=int, default=None, help="CPU threads (default: usable cores)")
     bench.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the results as JSON")
     bench.set_defaults(func=cmd_bench_backends)
+
+    s2 = subparsers.add_parser(
+        "s2cpp-compare", help="compare the s2cpp precision with your s2.cpp build, stage by stage",
+        description="Build this package's harness against an s2.cpp source tree (cached), run s2.cpp's "
+                    "codec and this library (precision s2cpp, CPU) on the same codes and audio, and "
+                    "compare every stage bit for bit, s2.cpp as the reference. Exit 0 when identical, "
+                    "1 when a stage differs (the first is named) or the comparison cannot run.")
+    s2.add_argument("s2cpp", type=Path, metavar="S2CPP_DIR", help="an s2.cpp checkout with its ggml submodule")
+    s2.add_argument("-m", "--model", type=Path, required=True, help="an F16 codec GGUF that s2.cpp loads")
+    s2.add_argument("--frames", type=int, default=16, help="length of the generated test input (default 16)")
+    s2.add_argument("--codes", type=Path, default=None, help="decode these codes (a code file) instead")
+    s2.add_argument("--audio", type=Path, default=None, help="encode this audio file instead")
+    s2.add_argument("--only", choices=("decode", "encode"), default=None, help="one direction only")
+    s2.add_argument("--threads", type=int, default=None, help="CPU threads on both sides (default: usable cores)")
+    s2.add_argument("--cmake-arg", action="append", default=[], metavar="ARG",
+                    help="passed to the harness's cmake configure, e.g. --cmake-arg=-DGGML_NATIVE=OFF")
+    s2.add_argument("--build-dir", type=Path, default=None, help="harness build folder (default: a cache)")
+    s2.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the reports as JSON")
+    s2.set_defaults(func=cmd_s2cpp_compare)
 
 
 def _error(message: str, status: int) -> int:
@@ -123,3 +143,64 @@ def _write_json(path: Path | None, to_json) -> bool:
 def _write_text(path: Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text + "\n")
+
+
+def _s2cpp_inputs(args: argparse.Namespace, codec):
+    """{"decode": codes, "encode": audio} for ``s2cpp-compare``: the user's files or a fixed signal."""
+    import numpy as np
+
+    from ..inputs import check_audio
+    from ..io.audio import read_audio
+    from ..io.codefiles import read_codes
+
+    rng = np.random.default_rng(0)
+    n = args.frames
+    codes = (read_codes(args.codes).codes if args.codes else
+             np.stack([rng.integers(0, s, n) for s in codec.config.quantizer.codebook_sizes]).astype(np.int32))
+    if args.audio:  # mono, at the codec's rate (resampled as encode would): both engines get these samples
+        samples, rate, _ = read_audio(args.audio)
+        audio = check_audio(samples, codec.config, rate, None)
+    else:
+        t = np.arange(n * codec.config.samples_per_frame - 300) / codec.sample_rate
+        audio = (0.3 * np.sin(2 * np.pi * 180 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))).astype(np.float32)
+    wanted = [args.only] if args.only else ["decode", "encode"]
+    return {k: v for k, v in (("decode", codes), ("encode", audio)) if k in wanted}
+
+
+def cmd_s2cpp_compare(args: argparse.Namespace) -> int:
+    """``s2cpp-compare S2CPP_DIR -m MODEL``: 0 when every stage is identical, 1 otherwise."""
+    import json
+    import warnings
+
+    from .. import api
+    from ..tools import s2cpp
+
+    if args.frames < 1 or (args.threads is not None and args.threads < 1):
+        return _error("--frames and --threads must be >= 1", 2)
+    if not Path(args.model).is_file():
+        return _error(f"{args.model}: no such model file", 1)
+    try:
+        s2cpp.check_model_for_s2cpp(args.model)
+        exe = s2cpp.build_harness(args.s2cpp, args.build_dir, args.cmake_arg)
+        info = s2cpp.harness_info(exe)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            codec = api.load(args.model, backend="cpu", precision="s2cpp", n_threads=args.threads)
+        for w in caught:
+            print(f"{PROG}: warning: {w.message}", file=sys.stderr)
+        with codec:
+            print(f"s2.cpp harness: ggml {info.get('ggml_commit')} ({s2cpp.isa_key(info)}, llamafile "
+                  f"{'on' if info.get('llamafile') else 'off'}); this library: {codec.backend_name}, "
+                  f"{codec.n_threads} thread(s)")
+            reports = {}
+            for kind, data in _s2cpp_inputs(args, codec).items():
+                report = s2cpp.compare_with_s2cpp(codec, kind, data, exe=exe, model=args.model,
+                                                  threads=codec.n_threads)
+                reports[kind] = report
+                print(f"\n== {kind}\n{report.table()}")
+    except (CodecError, OSError, ValueError) as exc:
+        return _error(str(exc) or type(exc).__name__, 1)
+    if not _write_json(args.json, lambda: json.dumps({k: json.loads(r.to_json()) for k, r in reports.items()},
+                                                      indent=2)):
+        return 1
+    return 0 if all(r.ok for r in reports.values()) else 1

@@ -165,3 +165,17 @@ def test_unreadable_golden(tmp_path):
     bad.write_bytes(b"not a zip")
     with pytest.raises(s2cpp.S2cppError, match="unreadable golden"):
         s2cpp.load_golden(bad)
+
+
+def test_cli_s2cpp_compare(tmp_path, capsys):
+    from pyggml_codec.cli.main import main
+
+    assert main(["s2cpp-compare", str(tmp_path), "-m", str(MODEL)]) == 1
+    assert "not an s2.cpp source tree" in capsys.readouterr().err
+    assert main(["s2cpp-compare", str(tmp_path), "-m", str(tmp_path / "absent.gguf")]) == 1
+    assert main(["s2cpp-compare", str(tmp_path), "-m", str(MODEL), "--frames", "0"]) == 2
+    tree = os.environ.get("PYGGML_S2CPP_DIR")
+    if tree:  # live: identical, exit 0, JSON written
+        out = tmp_path / "r.json"
+        assert main(["s2cpp-compare", tree, "-m", str(MODEL), "--frames", "20", "--json", str(out)]) == 0
+        assert set(__import__("json").loads(out.read_text())) == {"decode", "encode"}
