@@ -131,6 +131,9 @@ def cmd_backends(args: argparse.Namespace) -> int:
     print(f"ggml {build['ggml']} (ggml-python {build['ggml_python']}): llamafile "
           f"{'on' if build['llamafile'] else 'off'}, CPU kernels {'on' if build['kernels']['compiled'] else 'OFF'}, "
           f"BLAS {'on' if 'path' in build['blas'] else 'OFF'} (details: pyggml-codec doctor)")
+    exact = build["s2cpp_exact"]
+    print(f"s2cpp precision vs s2.cpp: {({True: 'yes', False: 'NO', None: 'unverified'})[exact['exact']]}"
+          f" ({exact['reason']})")
     print("backends: " + ", ".join(names))
     for d in devs:
         memory = f"{d['memory_free'] / 2**30:.1f} GiB free of {d['memory_total'] / 2**30:.1f} GiB"

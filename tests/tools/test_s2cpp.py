@@ -179,3 +179,18 @@ def test_cli_s2cpp_compare(tmp_path, capsys):
         out = tmp_path / "r.json"
         assert main(["s2cpp-compare", tree, "-m", str(MODEL), "--frames", "20", "--json", str(out)]) == 0
         assert set(__import__("json").loads(out.read_text())) == {"decode", "encode"}
+
+
+def test_build_exactness_is_reported(capsys):
+    """doctor and backends state whether this build can give s2.cpp's bits; a LLAMAFILE build is
+    refused the claim (and warns at load)."""
+    from pyggml_codec.cli.main import main
+
+    main(["backends"])
+    out = capsys.readouterr().out
+    exactness = buildinfo.s2cpp_exactness()
+    assert "s2cpp precision vs s2.cpp: " + {True: "yes", False: "NO", None: "unverified"}[exactness["exact"]] in out
+    assert buildinfo.build_info()["s2cpp_exact"] == exactness
+    if binding.has_llamafile():
+        with pytest.warns(pc.ExactnessWarning, match="LLAMAFILE"):
+            pc.load(MODEL, backend="cpu", precision="s2cpp").close()
