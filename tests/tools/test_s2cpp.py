@@ -191,6 +191,19 @@ def test_build_exactness_is_reported(capsys):
     exactness = buildinfo.s2cpp_exactness()
     assert "s2cpp precision vs s2.cpp: " + {True: "yes", False: "NO", None: "unverified"}[exactness["exact"]] in out
     assert buildinfo.build_info()["s2cpp_exact"] == exactness
-    if binding.has_llamafile():
-        with pytest.warns(pc.ExactnessWarning, match="LLAMAFILE"):
-            pc.load(MODEL, backend="cpu", precision="s2cpp").close()
+
+
+
+def test_llamafile_build_warns(monkeypatch):
+    """A LLAMAFILE build (simulated: ggml's own report patched) is reported as not exact and
+    load(precision="s2cpp") warns with the fix; f32 does not warn."""
+    import warnings
+
+    monkeypatch.setattr(buildinfo.binding, "has_llamafile", lambda: True)
+    exactness = buildinfo.s2cpp_exactness()
+    assert exactness["exact"] is False and "-DGGML_LLAMAFILE=OFF" in exactness["reason"]
+    with pytest.warns(pc.ExactnessWarning, match="LLAMAFILE on"):
+        pc.load(MODEL, backend="cpu", precision="s2cpp").close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pc.ExactnessWarning)
+        pc.load(MODEL, backend="cpu", precision="f32").close()
