@@ -101,6 +101,10 @@ def test_mask_choice(codec):
     codec.lowerings.clear()
     codec.decode(random_codes(_sizes(codec), window, seed=8))
     assert codec.lowerings["quantizer.post_module.mask"] == "diag_mask_inf"
+    codec.decode(random_codes(_sizes(codec), window + 5, seed=9))  # lowerings keep every choice used
+    assert codec.lowerings["quantizer.post_module.mask"] == "diag_mask_inf+window-mask"
+    codec.clear_cache()
+    codec.lowerings.clear()
     codec.decode(random_codes(_sizes(codec), window + 5, seed=9))
     assert codec.lowerings["quantizer.post_module.mask"] == "window-mask"
 
