@@ -172,7 +172,7 @@ def cmd_s2cpp_compare(args: argparse.Namespace) -> int:
     import json
     import warnings
 
-    from .. import api
+    from ..api import load
     from ..tools import s2cpp
 
     if args.frames < 1 or (args.threads is not None and args.threads < 1):
@@ -185,7 +185,7 @@ def cmd_s2cpp_compare(args: argparse.Namespace) -> int:
         info = s2cpp.harness_info(exe)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            codec = api.load(args.model, backend="cpu", precision="s2cpp", n_threads=args.threads)
+            codec = load(args.model, backend="cpu", precision="s2cpp", n_threads=args.threads)
         for w in caught:
             print(f"{PROG}: warning: {w.message}", file=sys.stderr)
         with codec:
