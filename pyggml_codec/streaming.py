@@ -55,13 +55,24 @@ class _Stream:
             inputs[mask] = history_mask(m, window, p0)
             clock[pos] = p0 + m
         out = graph.run(inputs)
-        self._pending = ({name: out.pop(name) for name in carry.outputs}, clock)
+        states = {}
+        for name in carry.outputs:
+            states[name] = out.pop(name)
+            if name in carry.appended:
+                states[name] = append_state(self.arrays.get(name, graph.input_array(name)), states[name])
+        self._pending = (states, clock)
         return out
 
     def commit(self) -> None:
         if self._pending is not None:
             self.arrays, self.clock = self._pending
             self._pending = None
+
+
+def append_state(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """A carried history ``old`` (length first) after a chunk's ``new`` entries, same length."""
+    both = np.concatenate([old, new.reshape((-1, *old.shape[1:]))])
+    return both[both.shape[0] - old.shape[0]:]
 
 
 # --------------------------------------------------------------------------- exact stream decode

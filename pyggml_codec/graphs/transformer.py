@@ -71,23 +71,49 @@ def stream_inputs(g: Builder, n: int, window: int, prefix: str) -> tuple[Tensor,
     if window < 1:
         raise ValueError("streaming needs a bounded attention window")
     pos_name, mask_name = f"{prefix}.pos"[-60:], f"{prefix}.mask"[-60:]
-    g.stream.clocks[pos_name] = (mask_name, n, window)
+    b = g.stream.batch  # batched: n // b tokens per stream; positions and a mask per stream
+    g.stream.clocks[pos_name] = (mask_name, n // b, window)
     g.lowerings[mask_name] = "history-mask"
-    return positions_input(g, n, pos_name), g.input(mask_name, history_mask(n, window, 0))
+    mask = history_mask(n // b, window, 0)
+    if b > 1:
+        mask = np.ascontiguousarray(np.broadcast_to(mask, (b, 1, *mask.shape)))  # ne [T_k, n, 1, B]
+    return positions_input(g, n, pos_name), g.input(mask_name, mask)
 
 
 def _with_history(g: Builder, k: Tensor, v: Tensor, hist: int) -> tuple[Tensor, Tensor]:
     """Streamed chunk: the carried last ``hist`` keys (post-RoPE) and values before this
-    chunk's, [hd, Hkv, hist + T]; emits the new last ``hist`` of each."""
+    chunk's, [hd, Hkv, hist + T]; emits this chunk's, which the driver appends to the carried
+    ones (``Carry.appended``: a copy of T entries instead of ``hist``)."""
     out = []
     for t in (k, lib.ggml_cont(g.ctx, v)):
         hd, nkv, n = ops.shape(t)[:3]
         name, prev = convs.carry_input(g, (hd, nkv, hist))
-        full = lib.ggml_concat(g.ctx, prev, t, 2)
-        nb = full.contents.nb
-        convs.emit_carry(g, name, lib.ggml_view_3d(g.ctx, full, hd, nkv, hist, nb[1], nb[2], n * nb[2]))
-        out.append(full)
+        convs.emit_carry(g, name, t)
+        g.stream.appended[name] = 0
+        out.append(lib.ggml_concat(g.ctx, prev, t, 2))
     return out[0], out[1]
+
+
+def _batched_stream_attention(g: Builder, q: Tensor, k: Tensor, v: Tensor, cfg: TransformerConfig,
+                              mask: Tensor) -> Tensor:
+    """One batched step (``ops.Carry.batch`` streams of n tokens in turn): each stream's queries
+    against its own carried keys then its own, the streams as ggml's fourth dimension.
+    Returns [hd * H, n * B]."""
+    b, (hd, nh, t) = g.stream.batch, ops.shape(q)[:3]
+    n, hist, nkv = t // b, cfg.window - 1, cfg.n_kv_head
+    full = []
+    for x in (k, lib.ggml_cont(g.ctx, v)):
+        name, prev = convs.carry_input(g, (hd, nkv, hist, b), stream_dim=3)
+        x = lib.ggml_reshape_4d(g.ctx, x, hd, nkv, n, b)
+        convs.emit_carry(g, name, x)  # appended to each stream's keys by the driver (Carry.appended)
+        g.stream.appended[name] = 0
+        full.append(lib.ggml_concat(g.ctx, prev, x, 2))  # [hd, Hkv, hist + n, B]
+    q = lib.ggml_permute(g.ctx, lib.ggml_reshape_4d(g.ctx, q, hd, nh, n, b), 0, 2, 1, 3)  # [hd, n, H, B]
+    scores = ops.mul_mat(g, lib.ggml_permute(g.ctx, full[0], 0, 2, 1, 3), q)  # [T_k, n, H, B]
+    probs = lib.ggml_soft_max_ext(g.ctx, scores, mask, 1.0 / float(np.sqrt(cfg.head_dim)), 0.0)
+    v_t = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, full[1], 1, 2, 0, 3))  # [T_k, hd, Hkv, B]
+    out = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, ops.mul_mat(g, v_t, probs), 0, 2, 1, 3))  # [hd, H, n, B]
+    return ops.reshape_2d(g, out, hd * nh, t)
 
 
 def blocked_mask(n: int, window: int) -> np.ndarray:
@@ -159,6 +185,10 @@ def attention(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tenso
         out = _blocked_attention(g, q, k, v, cfg, mask)
         out = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, out, 0, 2, 1, 3))  # [hd, H, T]
         return ops.mul_mat(g, w["attention.wo.weight"], ops.reshape_2d(g, out, cfg.head_dim * cfg.n_head, n))
+    if g.stream is not None and g.stream.batch > 1:
+        if cfg.window < 2:
+            raise ValueError("batched streams need an attention window of 2 or more")
+        return ops.mul_mat(g, w["attention.wo.weight"], _batched_stream_attention(g, q, k, v, cfg, mask))
     if g.stream is not None and cfg.window > 1:
         k, v = _with_history(g, k, v, cfg.window - 1)
     q = lib.ggml_permute(g.ctx, q, 0, 2, 1, 3)  # [hd, T, H]
