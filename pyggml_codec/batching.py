@@ -186,7 +186,7 @@ class BatchStreamDecoder:
             new_shape = list(shape)
             new_shape[carry.appended[name] + (axis is not None and axis <= carry.appended[name])] = -1
             new = out.reshape(new_shape) if axis is None else np.take(out.reshape(new_shape), i, axis=axis)
-            return append_state(state(kind, name, one), new)
+            return append_state(state(kind, name, one), new, carry.appended[name])
         return out.reshape(shape) if axis is None else np.take(out.reshape(shape), i, axis=axis)
 
     def close(self) -> None:

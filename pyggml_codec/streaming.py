@@ -59,7 +59,8 @@ class _Stream:
         for name in carry.outputs:
             states[name] = out.pop(name)
             if name in carry.appended:
-                states[name] = append_state(self.arrays.get(name, graph.input_array(name)), states[name])
+                old = self.arrays.get(name, graph.input_array(name))
+                states[name] = append_state(old, states[name], carry.appended[name])
         self._pending = (states, clock)
         return out
 
@@ -69,10 +70,13 @@ class _Stream:
             self._pending = None
 
 
-def append_state(old: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """A carried history ``old`` (length first) after a chunk's ``new`` entries, same length."""
-    both = np.concatenate([old, new.reshape((-1, *old.shape[1:]))])
-    return both[both.shape[0] - old.shape[0]:]
+def append_state(old: np.ndarray, new: np.ndarray, axis: int) -> np.ndarray:
+    """A carried history ``old`` with a chunk's ``new`` entries appended along ``axis``, cut to
+    ``old``'s length (its last entries)."""
+    both = np.concatenate([old, new.reshape(old.shape[:axis] + (-1,) + old.shape[axis + 1:])], axis=axis)
+    keep = [slice(None)] * old.ndim
+    keep[axis] = slice(both.shape[axis] - old.shape[axis], None)
+    return np.ascontiguousarray(both[tuple(keep)])
 
 
 # --------------------------------------------------------------------------- exact stream decode

@@ -336,24 +336,25 @@ def _col2im(g: Builder, cols: Tensor, k: int, stride: int, cout: int) -> Tensor:
 
 
 def _batched_overlap(g: Builder, cols: Tensor, k: int, stride: int, cout: int) -> Tensor:
-    """Overlap-add of a batched step's conv-transpose columns ``[K*Cout, n * B]`` (K = 2 stride):
-    sample t*s + j is tap j of column t plus tap s + j of column t - 1 (the carried tail for
-    t = 0), the two terms col2im adds. Packed CF ``[n * stride * B, Cout]``."""
+    """Overlap-add of a batched step's conv-transpose columns ``[K*Cout, n * B]``: col2im of all,
+    then each stream's first K - stride samples (holding the previous stream's overlap) set to its
+    own first taps plus its carried tail, as ``_overlap_tail`` adds. CF ``[n * stride * B, Cout]``."""
     b, (rows, t) = g.stream.batch, shape(cols)[:2]
-    n, es = t // b, cols.contents.nb[0]
-    if k != 2 * stride:
-        raise ValueError(f"batched conv-transpose needs kernel = 2 x stride, got {k} and {stride}")
+    n, tail, es = t // b, k - stride, cols.contents.nb[0]
+    if tail > stride:
+        raise ValueError(f"batched conv-transpose needs kernel <= 2 x stride, got {k} and {stride}")
 
-    def taps(first: int, n_cols: int, col0: int) -> Tensor:  # taps first..first+s of columns: [s, Cout, n_cols, B]
-        return lib.ggml_view_4d(g.ctx, cols, stride, cout, n_cols, b, k * es, rows * es, n * rows * es,
-                                (first + col0 * rows) * es)
+    def taps(first: int, col: int) -> Tensor:  # taps first..first+tail of each stream's column col
+        return lib.ggml_view_4d(g.ctx, cols, tail, cout, 1, b, k * es, rows * es, n * rows * es,
+                                (first + col * rows) * es)
 
-    name, prev = carry_input(g, (stride, cout, 1, b), stream_dim=3)
-    emit_carry(g, name, taps(stride, 1, n - 1))
-    shifted = lib.ggml_concat(g.ctx, prev, taps(stride, n - 1, 0), 2) if n > 1 else prev
-    y = lib.ggml_add(g.ctx, taps(0, n, 0), shifted)  # [s, Cout, n, B]
-    y = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, y, 0, 3, 1, 2))  # [s, n, B, Cout]
-    return reshape_2d(g, y, n * stride * b, cout)
+    name, prev = carry_input(g, (tail, cout, 1, b), stream_dim=3)
+    emit_carry(g, name, taps(stride, n - 1))
+    y = _col2im(g, cols, k, stride, cout)  # [(n B - 1) stride + K, Cout]
+    first = lib.ggml_permute(g.ctx, add(g, taps(0, 0), prev), 0, 2, 3, 1)  # [tail, B, Cout]
+    y = lib.ggml_set_inplace(g.ctx, y, first, n * stride * y.contents.nb[0], y.contents.nb[1], y.contents.nb[2], 0)
+    nb = y.contents.nb
+    return lib.ggml_cont(g.ctx, lib.ggml_view_2d(g.ctx, y, n * stride * b, cout, nb[1], 0))
 
 
 def left_pad(g: Builder, x_cf: Tensor, n: int) -> Tensor:

@@ -81,17 +81,20 @@ def stream_inputs(g: Builder, n: int, window: int, prefix: str) -> tuple[Tensor,
 
 
 def _with_history(g: Builder, k: Tensor, v: Tensor, hist: int) -> tuple[Tensor, Tensor]:
-    """Streamed chunk: the carried last ``hist`` keys (post-RoPE) and values before this
-    chunk's, [hd, Hkv, hist + T]; emits this chunk's, which the driver appends to the carried
-    ones (``Carry.appended``: a copy of T entries instead of ``hist``)."""
-    out = []
-    for t in (k, lib.ggml_cont(g.ctx, v)):
-        hd, nkv, n = ops.shape(t)[:3]
-        name, prev = convs.carry_input(g, (hd, nkv, hist))
-        convs.emit_carry(g, name, t)
-        g.stream.appended[name] = 0
-        out.append(lib.ggml_concat(g.ctx, prev, t, 2))
-    return out[0], out[1]
+    """Streamed chunk: the carried last ``hist`` keys (post-RoPE) before this chunk's, [hd, Hkv,
+    hist + T], and values, transposed as the product reads them, [hist + T, hd, Hkv]. Emits
+    this chunk's own, which the driver appends to the carried ones (``Carry.appended``)."""
+    hd, nkv, n = ops.shape(k)[:3]
+    v_t = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, v, 1, 2, 0, 3))  # [T, hd, Hkv]
+    return _history(g, k, (hd, nkv, hist), 2), _history(g, v_t, (hist, hd, nkv), 0)
+
+
+def _history(g: Builder, x: Tensor, ne: tuple[int, ...], dim: int, stream_dim: int | None = None) -> Tensor:
+    """The carried entries (ggml shape ``ne``) then ``x``'s, along ggml dimension ``dim``."""
+    name, prev = convs.carry_input(g, ne, stream_dim)
+    convs.emit_carry(g, name, x)
+    g.stream.appended[name] = len(ne) - 1 - dim - (stream_dim is not None)  # numpy axis of one stream's
+    return lib.ggml_concat(g.ctx, prev, x, dim)
 
 
 def _batched_stream_attention(g: Builder, q: Tensor, k: Tensor, v: Tensor, cfg: TransformerConfig,
@@ -101,17 +104,12 @@ def _batched_stream_attention(g: Builder, q: Tensor, k: Tensor, v: Tensor, cfg: 
     Returns [hd * H, n * B]."""
     b, (hd, nh, t) = g.stream.batch, ops.shape(q)[:3]
     n, hist, nkv = t // b, cfg.window - 1, cfg.n_kv_head
-    full = []
-    for x in (k, lib.ggml_cont(g.ctx, v)):
-        name, prev = convs.carry_input(g, (hd, nkv, hist, b), stream_dim=3)
-        x = lib.ggml_reshape_4d(g.ctx, x, hd, nkv, n, b)
-        convs.emit_carry(g, name, x)  # appended to each stream's keys by the driver (Carry.appended)
-        g.stream.appended[name] = 0
-        full.append(lib.ggml_concat(g.ctx, prev, x, 2))  # [hd, Hkv, hist + n, B]
+    k = _history(g, lib.ggml_reshape_4d(g.ctx, k, hd, nkv, n, b), (hd, nkv, hist, b), 2, 3)  # [hd, Hkv, hist + n, B]
+    v = lib.ggml_reshape_4d(g.ctx, lib.ggml_cont(g.ctx, v), hd, nkv, n, b)
+    v_t = _history(g, lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, v, 1, 2, 0, 3)), (hist, hd, nkv, b), 0, 3)
     q = lib.ggml_permute(g.ctx, lib.ggml_reshape_4d(g.ctx, q, hd, nh, n, b), 0, 2, 1, 3)  # [hd, n, H, B]
-    scores = ops.mul_mat(g, lib.ggml_permute(g.ctx, full[0], 0, 2, 1, 3), q)  # [T_k, n, H, B]
+    scores = ops.mul_mat(g, lib.ggml_permute(g.ctx, k, 0, 2, 1, 3), q)  # [T_k, n, H, B]
     probs = lib.ggml_soft_max_ext(g.ctx, scores, mask, 1.0 / float(np.sqrt(cfg.head_dim)), 0.0)
-    v_t = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, full[1], 1, 2, 0, 3))  # [T_k, hd, Hkv, B]
     out = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, ops.mul_mat(g, v_t, probs), 0, 2, 1, 3))  # [hd, H, n, B]
     return ops.reshape_2d(g, out, hd * nh, t)
 
@@ -190,7 +188,9 @@ def attention(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tenso
             raise ValueError("batched streams need an attention window of 2 or more")
         return ops.mul_mat(g, w["attention.wo.weight"], _batched_stream_attention(g, q, k, v, cfg, mask))
     if g.stream is not None and cfg.window > 1:
-        k, v = _with_history(g, k, v, cfg.window - 1)
+        k, v_t = _with_history(g, k, v, cfg.window - 1)
+    else:
+        v_t = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, v, 1, 2, 0, 3))  # [T_k, hd, Hkv]
     q = lib.ggml_permute(g.ctx, q, 0, 2, 1, 3)  # [hd, T, H]
     k = lib.ggml_permute(g.ctx, k, 0, 2, 1, 3)  # [hd, T_k, Hkv]
     scores = ops.mul_mat(g, k, q)  # [T_k, T_q, H]
@@ -198,7 +198,6 @@ def attention(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tenso
     if mask is None:
         scores = lib.ggml_diag_mask_inf(g.ctx, scores, 0)
     probs = lib.ggml_soft_max_ext(g.ctx, scores, mask, scale, 0.0)
-    v_t = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, v, 1, 2, 0, 3))  # [T_k, hd, Hkv]
     out = ops.mul_mat(g, v_t, probs)  # [hd, T_q, H]
     out = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, out, 0, 2, 1, 3))  # [hd, H, T]
     out = ops.reshape_2d(g, out, cfg.head_dim * cfg.n_head, n)
