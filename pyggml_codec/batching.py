@@ -68,6 +68,7 @@ class BatchStreamDecoder:
         self._left: set[int] = set()
         self._next_id = 0
         self.last_compute_s = 0.0  # seconds inside ggml compute during the last push
+        self.last_groups: list[tuple[int, int]] = []  # (frames, streams) of each graph of the last push
 
     @property
     def streams(self) -> tuple[int, ...]:
@@ -118,6 +119,7 @@ class BatchStreamDecoder:
             for sid, codes in checked.items():
                 groups.setdefault(codes.shape[1], []).append(sid)
             self.last_compute_s = 0.0
+            self.last_groups = [(n, len(sids)) for n, sids in groups.items()]
             pending: dict[int, dict] = {sid: {} for sid in checked}
             audio: dict[int, np.ndarray] = {}
             for n, sids in groups.items():

@@ -11,8 +11,9 @@ from pyggml_codec.codec import DECODE_CHUNK_FRAMES
 from pyggml_codec.streaming import windowed_schedule
 
 # f32 mode: the streamed graph computes the same sums as one pass except the attention
-# rows (carried + masked key slots change the summation grouping): ~1e-7 measured.
-F32_MAX_ABS = 1e-5
+# rows (carried + masked key slots change the summation grouping) and the Winograd convs'
+# tiles, which fall differently in chunks: 1-2e-7 per tap, 3-4e-7 Winograd (tiny), 9e-7 (full).
+F32_MAX_ABS = 1e-6
 # s2cpp mode rounds every conv input to F16 (ulp 2^-11 ~ 4.9e-4 relative), which turns
 # those 1e-7 differences into ulp flips: the one-shot decode of a prefix already differs
 # from the same frames of a longer one-shot decode by ~2e-4 (printed as the baseline).

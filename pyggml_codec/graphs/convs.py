@@ -353,8 +353,7 @@ def _batched_overlap(g: Builder, cols: Tensor, k: int, stride: int, cout: int) -
     y = _col2im(g, cols, k, stride, cout)  # [(n B - 1) stride + K, Cout]
     first = lib.ggml_permute(g.ctx, add(g, taps(0, 0), prev), 0, 2, 3, 1)  # [tail, B, Cout]
     y = lib.ggml_set_inplace(g.ctx, y, first, n * stride * y.contents.nb[0], y.contents.nb[1], y.contents.nb[2], 0)
-    nb = y.contents.nb
-    return lib.ggml_cont(g.ctx, lib.ggml_view_2d(g.ctx, y, n * stride * b, cout, nb[1], 0))
+    return lib.ggml_cont(g.ctx, lib.ggml_view_2d(g.ctx, y, n * stride * b, cout, y.contents.nb[1], 0))
 
 
 def left_pad(g: Builder, x_cf: Tensor, n: int) -> Tensor:
