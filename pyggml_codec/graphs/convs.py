@@ -12,24 +12,10 @@ import numpy as np
 
 from ..backend import binding, kernels
 from ..backend.binding import lib
+from . import batched as packed
+from .carry import batched, carry_input, emit_carry  # noqa: F401  (carry_input, emit_carry: the streamed ops' helpers)
 from .ops import F16, F32, Builder, Tensor, add, add_bias, first_columns, mul_mat, reshape_2d, shape, transpose
 from ..backend.winograd import WINOGRAD
-
-
-def carry_input(g: Builder, ne: tuple[int, ...], stream_dim: int | None = None) -> tuple[str, Tensor]:
-    """The next carried-state input of a streamed graph, ggml shape ``ne`` (zeros at build);
-    ``stream_dim``: the ggml dimension indexing the streams of a batched graph."""
-    name = f"carry.{len(g.stream.inputs)}"
-    t = g.input(name, np.zeros(tuple(reversed(ne)), np.float32))
-    g.stream.inputs[name] = t
-    if stream_dim is not None:
-        g.stream.batch_axes[name] = len(ne) - 1 - stream_dim
-    return name, t
-
-
-def emit_carry(g: Builder, name: str, t: Tensor) -> None:
-    """Make (a copy of) ``t`` the output holding state ``name`` for the next chunk."""
-    g.stream.outputs[name] = lib.ggml_cont(g.ctx, t)
 
 
 def concat_time(g: Builder, a_cf: Tensor, b_cf: Tensor) -> Tensor:
@@ -49,39 +35,6 @@ def context_in_place(g: Builder, x_cf: Tensor, n: int) -> Tensor:
     name, prev = carry_input(g, (n, c))
     emit_carry(g, name, lib.ggml_view_2d(g.ctx, x_cf, n, c, x_cf.contents.nb[1], (length - n) * x_cf.contents.nb[0]))
     return prev
-
-
-def batched(g: Builder) -> bool:
-    """Whether ``g`` builds one step of several streams packed along time (``ops.Carry.batch``)."""
-    return g.stream is not None and g.stream.batch > 1
-
-
-def packed_context(g: Builder, x_cf: Tensor, left: int) -> Tensor:
-    """Batched streams: each stream's carried ``left`` samples before its own, ``[left + n, B, C]``
-    from packed CF ``x_cf`` ``[n * B, C]``; emits each stream's last ``left`` as its next."""
-    b, (length, c) = g.stream.batch, shape(x_cf)[:2]
-    x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
-    x3 = lib.ggml_reshape_3d(g.ctx, x_cf, length // b, b, c)
-    name, prev = carry_input(g, (left, b, c), stream_dim=1)
-    xc = lib.ggml_concat(g.ctx, prev, x3, 0)  # threads split ne2 = C
-    nb = xc.contents.nb
-    emit_carry(g, name, lib.ggml_view_3d(g.ctx, xc, left, b, c, nb[1], nb[2], (length // b) * nb[0]))
-    return xc
-
-
-def packed_time(g: Builder, y_cf: Tensor, seg: int, skip: int, n: int) -> Tensor:
-    """Of CF ``y_cf`` ``[seg * B, C]`` (B streams' segments of ``seg`` samples in turn), the ``n``
-    samples after the first ``skip`` of each segment, packed: ``[n * B, C]``."""
-    b, c, nb = g.stream.batch, shape(y_cf)[1], y_cf.contents.nb
-    v = lib.ggml_view_3d(g.ctx, y_cf, n, b, c, seg * nb[0], nb[1], skip * nb[0])
-    return reshape_2d(g, lib.ggml_cont(g.ctx, v), n * b, c)
-
-
-def packed_columns(g: Builder, cols: Tensor, seg: int, n: int) -> Tensor:
-    """Of ``cols`` ``[R, (B - 1) * seg + n]``, each segment of ``seg``'s first ``n``: ``[R, n * B]``."""
-    b, rows, nb = g.stream.batch, shape(cols)[0], cols.contents.nb
-    v = lib.ggml_view_3d(g.ctx, cols, rows, n, b, nb[1], seg * nb[1], 0)
-    return reshape_2d(g, lib.ggml_cont(g.ctx, v), rows, n * b)
 
 
 def with_left_context(g: Builder, x_cf: Tensor, n: int) -> Tensor:
@@ -104,7 +57,9 @@ def _streamed_im2col(g: Builder, x_cf: Tensor, w: Tensor, stride: int, dilation:
     chunk may be shorter, and gets one-shot's right padding (``extra`` zeros).
     """
     if batched(g):
-        return _batched_im2col(g, x_cf, w, stride, dilation, left, extra)
+        if stride != 1 or extra:
+            raise ValueError(f"batched streams take stride-1 causal convs only (stride {stride})")
+        return packed.conv_columns(g, x_cf, left, lambda x: im2col(g, w, x, 1, 0, dilation))
     length = shape(x_cf)[0]
     if left and length >= left and not extra and _kernel_im2col(g, w, x_cf, with_prev=True):
         x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
@@ -114,20 +69,6 @@ def _streamed_im2col(g: Builder, x_cf: Tensor, w: Tensor, stride: int, dilation:
     if extra:
         x_cf = lib.ggml_pad_ext(g.ctx, x_cf, 0, extra, 0, 0, 0, 0, 0, 0)
     return im2col(g, w, x_cf, stride, 0, dilation)
-
-
-def _batched_im2col(g: Builder, x_cf: Tensor, w: Tensor, stride: int, dilation: int, left: int,
-                    extra: int) -> Tensor:
-    """Columns of one batched step (stride 1): each stream's conv over its carried context then
-    its own samples, with no padding; only each stream's own outputs are kept."""
-    if stride != 1 or extra:
-        raise ValueError(f"batched streams take stride-1 causal convs only (stride {stride})")
-    if not left:
-        return im2col(g, w, x_cf, 1, 0, dilation)
-    b, (length, c) = g.stream.batch, shape(x_cf)[:2]
-    seg = left + length // b
-    cols = im2col(g, w, reshape_2d(g, packed_context(g, x_cf, left), seg * b, c), 1, 0, dilation)
-    return packed_columns(g, cols, seg, length // b)
 
 
 def _conv_input_type(g: Builder) -> int:
@@ -264,8 +205,8 @@ def _in_place(g: Builder, x_cf: Tensor, left: int, conv) -> Tensor:
         return conv(x_cf, None)
     if batched(g):  # each stream's context then its samples, in turn: one conv over all of them
         n = length // g.stream.batch
-        y = conv(reshape_2d(g, packed_context(g, x_cf, left), (left + n) * g.stream.batch, c), None)
-        return packed_time(g, y, left + n, left, n)
+        y = conv(reshape_2d(g, packed.context(g, x_cf, left), (left + n) * g.stream.batch, c), None)
+        return packed.time_slices(g, y, left + n, left, n)
     if length >= left:
         return conv(x_cf, context_in_place(g, x_cf, left))
     xc = with_left_context(g, x_cf, left)  # a chunk shorter than the context: concat first
@@ -314,7 +255,8 @@ def conv_transpose1d(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, s
         if g.conv_transpose != "col2im":
             raise ValueError("batched streams need the col2im conv-transpose lowering")
         cols = mul_mat(g, reshape_2d(g, w, cin, k * cout), x_cl)
-        return add_bias(g, _batched_overlap(g, cols, k, stride, cout), b, "CF")
+        y = packed.overlap(g, cols, k, stride, cout, lambda c: _col2im(g, c, k, stride, cout))
+        return add_bias(g, y, b, "CF")
     if g.conv_transpose == "col2im":
         y = _col2im(g, mul_mat(g, reshape_2d(g, w, cin, k * cout), x_cl), k, stride, cout)
     else:
@@ -333,27 +275,6 @@ def _col2im(g: Builder, cols: Tensor, k: int, stride: int, cout: int) -> Tensor:
         return kernels.col2im(g.ctx, cols, k, stride, g.keep)
     g.lowerings["col2im"] = "ggml"
     return lib.ggml_col2im_1d(g.ctx, cols, stride, cout, 0)
-
-
-def _batched_overlap(g: Builder, cols: Tensor, k: int, stride: int, cout: int) -> Tensor:
-    """Overlap-add of a batched step's conv-transpose columns ``[K*Cout, n * B]``: col2im of all,
-    then each stream's first K - stride samples (holding the previous stream's overlap) set to its
-    own first taps plus its carried tail, as ``_overlap_tail`` adds. CF ``[n * stride * B, Cout]``."""
-    b, (rows, t) = g.stream.batch, shape(cols)[:2]
-    n, tail, es = t // b, k - stride, cols.contents.nb[0]
-    if tail > stride:
-        raise ValueError(f"batched conv-transpose needs kernel <= 2 x stride, got {k} and {stride}")
-
-    def taps(first: int, col: int) -> Tensor:  # taps first..first+tail of each stream's column col
-        return lib.ggml_view_4d(g.ctx, cols, tail, cout, 1, b, k * es, rows * es, n * rows * es,
-                                (first + col * rows) * es)
-
-    name, prev = carry_input(g, (tail, cout, 1, b), stream_dim=3)
-    emit_carry(g, name, taps(stride, n - 1))
-    y = _col2im(g, cols, k, stride, cout)  # [(n B - 1) stride + K, Cout]
-    first = lib.ggml_permute(g.ctx, add(g, taps(0, 0), prev), 0, 2, 3, 1)  # [tail, B, Cout]
-    y = lib.ggml_set_inplace(g.ctx, y, first, n * stride * y.contents.nb[0], y.contents.nb[1], y.contents.nb[2], 0)
-    return lib.ggml_cont(g.ctx, lib.ggml_view_2d(g.ctx, y, n * stride * b, cout, y.contents.nb[1], 0))
 
 
 def left_pad(g: Builder, x_cf: Tensor, n: int) -> Tensor:
@@ -386,10 +307,6 @@ def depthwise_conv1d(g: Builder, x_cf: Tensor, w: Tensor, b: Tensor | None) -> T
     c = shape(x_cf)[1]
     if g.f16_convs:  # ggml_conv_1d_dw rounds its input to F16
         x_cf = lib.ggml_cast(g.ctx, lib.ggml_cast(g.ctx, x_cf, F16), F32)
-    if batched(g) and k > 1:  # [k-1+n, B, C] -> [k-1+n, C, B]: ssm_conv's sequences
-        padded = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, packed_context(g, x_cf, k - 1), 0, 2, 1, 3))
-        y = lib.ggml_ssm_conv(g.ctx, padded, reshape_2d(g, w, k, c))  # [C, n, B]
-        return add_bias(g, reshape_2d(g, y, c, shape(x_cf)[0]), b, "CL")
     if g.stream is not None and k > 1:
         padded = with_left_context(g, x_cf, k - 1)
     else:
