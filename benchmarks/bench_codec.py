@@ -331,15 +331,16 @@ def main(argv=None) -> int:
                 for precision in args.precisions:
                     rows += bench_variants(paths[dtype], dtype, precision, max(args.threads), args.reps)
         rss = {}
+        if args.streams:  # with --no-rss too: one child, the row this option adds
+            out = subprocess.run([sys.executable, str(HERE / "bench_streams.py"), "--rss-child", "-m",
+                                  str(paths["f16"]), "--threads", str(max(args.threads)), "--frames", "16"],
+                                 capture_output=True, text=True, check=True)
+            rss["ours-decode-8-live-streams-f32"] = json.loads(out.stdout.splitlines()[-1])["peak_rss_mb"]
+            print(f"peak RSS of 8 live streams: {rss['ours-decode-8-live-streams-f32']:.0f} MB", flush=True)
         if not args.no_rss:
             runs = [("ours", "decode", 10), ("ours", "decode-one-shot", 10), ("ours", "decode", 60), ("ours", "decode-f32", 10),
                     ("oracle", "decode", 10), ("ours", "encode", 10), ("oracle", "encode", 10),
                     ("ours", "encode-chunked", 10), ("ours", "encode-chunked", 60)]
-            if args.streams:
-                out = subprocess.run([sys.executable, str(HERE / "bench_streams.py"), "--rss-child", "-m",
-                                      str(paths["f16"]), "--threads", "2", "--frames", "16"],
-                                     capture_output=True, text=True, check=True)
-                rss["ours-8-live-streams-f32-16-frames"] = json.loads(out.stdout.splitlines()[-1])["peak_rss_mb"]
             for engine, mode, seconds in runs:
                 key = f"{engine}-{mode}-{seconds}s"
                 rss[key] = measure_rss(engine, paths["f16"], float(seconds), mode)
