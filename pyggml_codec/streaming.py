@@ -73,10 +73,19 @@ class _Stream:
 def append_state(old: np.ndarray, new: np.ndarray, axis: int) -> np.ndarray:
     """A carried history ``old`` with a chunk's ``new`` entries appended along ``axis``, cut to
     ``old``'s length (its last entries)."""
-    both = np.concatenate([old, new.reshape(old.shape[:axis] + (-1,) + old.shape[axis + 1:])], axis=axis)
-    keep = [slice(None)] * old.ndim
-    keep[axis] = slice(both.shape[axis] - old.shape[axis], None)
-    return np.ascontiguousarray(both[tuple(keep)])
+    new = new.reshape(old.shape[:axis] + (-1,) + old.shape[axis + 1:])
+    n, length = new.shape[axis], old.shape[axis]
+
+    def span(a: int, b: int) -> tuple:
+        return (slice(None),) * axis + (slice(a, b),)
+
+    out = np.empty_like(old)  # one copy: the kept entries of old, then new
+    if n >= length:
+        out[...] = new[span(n - length, n)]
+    else:
+        out[span(0, length - n)] = old[span(n, length)]
+        out[span(length - n, length)] = new
+    return out
 
 
 # --------------------------------------------------------------------------- exact stream decode
