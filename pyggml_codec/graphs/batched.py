@@ -4,6 +4,7 @@ calls these where a batched graph differs from one stream's)."""
 
 from __future__ import annotations
 
+from ..backend import binding
 from ..backend.binding import lib
 from .carry import carry_input, emit_carry
 from .ops import F16, F32, Builder, Tensor, add, add_bias, reshape_2d, shape
@@ -74,6 +75,8 @@ def depthwise_conv1d(g: Builder, x_cf: Tensor, w: Tensor, b: Tensor | None) -> T
     k, c = shape(w)[0], shape(x_cf)[1]
     if g.f16_convs:
         x_cf = lib.ggml_cast(g.ctx, lib.ggml_cast(g.ctx, x_cf, F16), F32)
+    if binding.tensor_type(w) != F32:  # ssm_conv reads an F32 kernel (an F16 one upcasts exactly)
+        w = lib.ggml_cast(g.ctx, w, F32)
     padded = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, context(g, x_cf, k - 1), 0, 2, 1, 3))  # [k-1+n, C, B]
     y = lib.ggml_ssm_conv(g.ctx, padded, reshape_2d(g, w, k, c))  # [C, n, B]
     return add_bias(g, reshape_2d(g, y, c, shape(x_cf)[0]), b, "CL")
