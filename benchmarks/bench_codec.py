@@ -51,6 +51,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also time ours alone per second of audio at these lengths (default 1 10 60; F16 file, "
                         "s2cpp, 2 threads): the flatness check")
     p.add_argument("--no-streaming", action="store_true", help="skip the streaming rows")
+    p.add_argument("--streams", type=int, nargs="?", const=32, default=None, metavar="FRAMES",
+                   help="also the streams and batches rows of bench_streams.py (F16 file, f32 precision, "
+                        "FRAMES frames per stream, default 32) and the peak RSS of 8 live streams")
     p.add_argument("--rss-child", nargs=4, metavar=("ENGINE", "MODEL", "SECONDS", "MODE"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.windowed is not None:
@@ -273,6 +276,14 @@ def table(rows: list[dict]) -> str:
     if scaling:
         lines += ["", "| scaling (F16 file, s2cpp, 2 threads) | audio s | ours s | s per s of audio |", "|---|---|---|---|"]
         lines += [f"| {r['task'][8:]} | {r['seconds']:g} | {r['ours_s']:.2f} | {r['per_audio_s']:.3f} |" for r in scaling]
+    streams = [r for r in rows if r.get("streams_row")]
+    if streams:
+        import bench_streams
+
+        lines += ["", "Streams and batches (F16 file, f32 precision; per frame against decode() of the same "
+                  "codes, one item at a time, in the same run):", ""]
+        for threads in sorted({r["threads"] for r in streams}):
+            lines += [f"{threads} threads:", "", bench_streams.table([r for r in streams if r["threads"] == threads]), ""]
     stream = [r for r in rows if "cost_vs_one_shot" in r]
     if stream:
         lines += ["", "| file | precision | threads | streaming | audio s | ms per frame | vs one-shot per frame |",
@@ -304,6 +315,15 @@ def main(argv=None) -> int:
                             for r in bench_pair(c, model, seconds, args.reps, threads, stream):
                                 rows.append(dict(r, dtype=dtype, precision=precision, threads=threads))
                                 print(json.dumps(rows[-1]), flush=True)
+        if args.streams:
+            import bench_streams
+
+            for threads in args.threads:
+                with pyggml_codec.load(paths["f16"], backend="cpu", precision="f32", n_threads=threads,
+                                       parts="decode") as c:
+                    for r in bench_streams.bench_streams(c, args.streams, args.reps):
+                        rows.append(dict(r, dtype="f16", precision="f32", threads=threads, streams_row=True))
+                        print(json.dumps(rows[-1]), flush=True)
         if args.scaling is not None:
             rows += bench_scaling(paths["f16"], args.scaling or [1, 10, 60])
         if args.variants:
@@ -311,6 +331,12 @@ def main(argv=None) -> int:
                 for precision in args.precisions:
                     rows += bench_variants(paths[dtype], dtype, precision, max(args.threads), args.reps)
         rss = {}
+        if args.streams:  # with --no-rss too: one child, the row this option adds
+            out = subprocess.run([sys.executable, str(HERE / "bench_streams.py"), "--rss-child", "-m",
+                                  str(paths["f16"]), "--threads", str(max(args.threads)), "--frames", "16"],
+                                 capture_output=True, text=True, check=True)
+            rss["ours-decode-8-live-streams-f32"] = json.loads(out.stdout.splitlines()[-1])["peak_rss_mb"]
+            print(f"peak RSS of 8 live streams: {rss['ours-decode-8-live-streams-f32']:.0f} MB", flush=True)
         if not args.no_rss:
             runs = [("ours", "decode", 10), ("ours", "decode-one-shot", 10), ("ours", "decode", 60), ("ours", "decode-f32", 10),
                     ("oracle", "decode", 10), ("ours", "encode", 10), ("oracle", "encode", 10),

@@ -11,12 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections import OrderedDict
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import numpy as np
 
-from .backend.graph import Graph
+from .backend.graph import Graph, GraphCache
 from .errors import ClosedError, GraphError, InputError
 from .graphs.build import ENCODER_CTX, FUSED_CTX, QUANTIZER_CTX, Build, CodecGraphs
 from .graphs.ops import Choices
@@ -26,38 +25,12 @@ from .model.config import CodecConfig
 from .model.loader import LoadedModel
 
 if TYPE_CHECKING:
+    from .batching import BatchStreamDecoder
     from .streaming import StreamDecoder
 
 GRAPH_CACHE_SIZE = 4  # graphs kept per kind (distinct frame counts)
+BATCH_GRAPH_CACHE_SIZE = 12  # batched stream graphs: two stages x several (frames, streams) groups
 DECODE_CHUNK_FRAMES = 32  # about 1.5 s: the split decode's chunk on CPU (Codec.decode_chunk_frames)
-
-
-class _GraphCache:
-    """Built graphs keyed by (kind, frame count), least recently used evicted."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self.graphs: OrderedDict = OrderedDict()
-
-    def get(self, key, make: Callable[[], Graph]) -> Graph:
-        if key in self.graphs:
-            self.graphs.move_to_end(key)
-            return self.graphs[key]
-        graph = make()
-        self.graphs[key] = graph
-        while len(self.graphs) > self.size:
-            self.graphs.popitem(last=False)[1].free()
-        return graph
-
-    def discard(self, key) -> None:
-        graph = self.graphs.pop(key, None)
-        if graph is not None:
-            graph.free()
-
-    def clear(self) -> None:
-        for graph in self.graphs.values():
-            graph.free()
-        self.graphs.clear()
 
 
 class Codec:
@@ -74,7 +47,8 @@ class Codec:
         self.precision = precision
         self.graphs = CodecGraphs(model, precision)
         self.decode_path = decode_path
-        self._cache = _GraphCache(GRAPH_CACHE_SIZE)
+        self._cache = GraphCache(GRAPH_CACHE_SIZE)
+        self._batch_cache = GraphCache(BATCH_GRAPH_CACHE_SIZE)  # batched stream steps, by (kind, n, streams)
         self.failed_fused_frames: set[int] = set()
         self._lock = threading.RLock()
         self.lowerings = Choices()  # every lowering the graphs built so far used (ops.Choices)
@@ -168,6 +142,7 @@ class Codec:
         with self._lock:
             if self._model is not None and not self._model.closed:
                 self._cache.clear()
+                self._batch_cache.clear()
                 self._model.close()
 
     def __enter__(self) -> "Codec":
@@ -187,20 +162,22 @@ class Codec:
         with self._lock:
             self._live()
             self._cache.clear()
+            self._batch_cache.clear()
 
     # ----------------------------------------------------------------- graph building
 
-    def _graph(self, key, ctx_bytes: int, build: Build, keep_stages: bool = False, streamed: bool = False) -> Graph:
+    def _graph(self, key, ctx_bytes: int, build: Build, keep_stages: bool = False, streamed: bool = False,
+               batch: int = 1) -> Graph:
         def make() -> Graph:
             self._live()
             graph = self.graphs.new_graph(ctx_bytes, build, keep_stages=keep_stages,
-                                          custom_kernels=self.use_custom_kernels, streamed=streamed)
+                                          custom_kernels=self.use_custom_kernels, streamed=streamed, batch=batch)
             self.lowerings.update(graph.builder.lowerings)
             return graph
 
         if keep_stages:  # dumps are one-off: never cached
             return make()
-        return self._cache.get(key, make)
+        return (self._batch_cache if batch > 1 else self._cache).get(key, make)
 
     def _run(self, key, ctx_bytes: int, build: Build, feeds: dict,
              keep_stages: bool = False) -> dict[str, np.ndarray]:
@@ -368,6 +345,20 @@ class Codec:
         from .streaming import StreamDecoder
 
         return StreamDecoder(self, on_invalid_codes)
+
+    def batch_stream_decoder(self, max_streams: int = 8, *, on_invalid_codes: str = "clamp") -> "BatchStreamDecoder":
+        """Exact decoders for up to ``max_streams`` streams, one graph per step for all of them:
+        ``sid = bsd.join()``, ``bsd.push({sid: codes, ...})``, ``bsd.leave(sid)`` (see batching.py)."""
+        from .batching import BatchStreamDecoder
+
+        return BatchStreamDecoder(self, max_streams, on_invalid_codes=on_invalid_codes)
+
+    def decode_batch(self, items, *, on_invalid_codes: str = "clamp", frames_per_step: int | None = None) -> list:
+        """Decode code arrays ``(n_codebooks, T_i)`` together; one float32 audio each, equal to
+        :meth:`decode` of each alone (see :func:`batching.decode_batch`)."""
+        from .batching import decode_batch
+
+        return decode_batch(self, items, on_invalid_codes=on_invalid_codes, frames_per_step=frames_per_step)
 
     def stream_decode(self, chunks: Iterable, *, on_invalid_codes: str = "clamp") -> Iterator[np.ndarray]:
         """Yield the audio of each code chunk in turn, decoded exactly with carried state."""

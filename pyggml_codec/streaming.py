@@ -55,13 +55,37 @@ class _Stream:
             inputs[mask] = history_mask(m, window, p0)
             clock[pos] = p0 + m
         out = graph.run(inputs)
-        self._pending = ({name: out.pop(name) for name in carry.outputs}, clock)
+        states = {}
+        for name in carry.outputs:
+            states[name] = out.pop(name)
+            if name in carry.appended:
+                old = self.arrays.get(name, graph.input_array(name))
+                states[name] = append_state(old, states[name], carry.appended[name])
+        self._pending = (states, clock)
         return out
 
     def commit(self) -> None:
         if self._pending is not None:
             self.arrays, self.clock = self._pending
             self._pending = None
+
+
+def append_state(old: np.ndarray, new: np.ndarray, axis: int) -> np.ndarray:
+    """A carried history ``old`` with a chunk's ``new`` entries appended along ``axis``, cut to
+    ``old``'s length (its last entries)."""
+    new = new.reshape(old.shape[:axis] + (-1,) + old.shape[axis + 1:])
+    n, length = new.shape[axis], old.shape[axis]
+
+    def span(a: int, b: int) -> tuple:
+        return (slice(None),) * axis + (slice(a, b),)
+
+    out = np.empty_like(old)  # one copy: the kept entries of old, then new
+    if n >= length:
+        out[...] = new[span(n - length, n)]
+    else:
+        out[span(0, length - n)] = old[span(n, length)]
+        out[span(length - n, length)] = new
+    return out
 
 
 # --------------------------------------------------------------------------- exact stream decode

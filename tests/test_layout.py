@@ -19,7 +19,7 @@ LAYERS = [
     {"tools"},
     {"api"},
     {"codec"},
-    {"streaming"},
+    {"streaming", "batching"},
     {"io"},
     {"inputs"},
     {"graphs"},

@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import time
 import warnings
+from collections import OrderedDict
 from typing import Any, Callable
 
 import numpy as np
@@ -162,6 +163,13 @@ class Graph:
             name = lib.ggml_get_name(t).decode()
             binding.upload(t, fresh_inputs.get(name, array))
 
+    def input_array(self, name: str) -> np.ndarray:
+        """The host array input ``name`` was built with (uploaded when a run gives none)."""
+        for t, array in self.builder.inputs:
+            if lib.ggml_get_name(t).decode() == name:
+                return array
+        raise KeyError(name)
+
     def run(self, fresh_inputs: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Upload every input (``fresh_inputs`` replace stored ones by name), compute, download."""
         self._upload_inputs(fresh_inputs or {})
@@ -213,3 +221,31 @@ class Graph:
         ctx, self.ctx = self.ctx, 0
         if ctx:
             lib.ggml_free(ctx)
+
+
+class GraphCache:
+    """Built graphs keyed by (kind, frame count), least recently used evicted."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.graphs: OrderedDict = OrderedDict()
+
+    def get(self, key, make: Callable[[], Graph]) -> Graph:
+        if key in self.graphs:
+            self.graphs.move_to_end(key)
+            return self.graphs[key]
+        graph = make()
+        self.graphs[key] = graph
+        while len(self.graphs) > self.size:
+            self.graphs.popitem(last=False)[1].free()
+        return graph
+
+    def discard(self, key) -> None:
+        graph = self.graphs.pop(key, None)
+        if graph is not None:
+            graph.free()
+
+    def clear(self) -> None:
+        for graph in self.graphs.values():
+            graph.free()
+        self.graphs.clear()

@@ -112,14 +112,15 @@ class CodecGraphs:
         return build
 
     def new_graph(self, ctx_bytes: int, build: Build, *, keep_stages: bool = False, custom_kernels: bool = True,
-                  streamed: bool = False) -> Graph:
+                  streamed: bool = False, batch: int = 1) -> Graph:
         """Build ``build`` into a new graph on the model's backend (freed again if building
-        fails). ``streamed``: each causal op carries its state between calls (``ops.Carry``)."""
+        fails). ``streamed``: each causal op carries its state between calls (``ops.Carry``);
+        ``batch``: that many streams in one graph, packed along time (``ops.Carry.batch``)."""
         graph = Graph(self.model.backend, ctx_bytes)
         try:
             g = self.builder(graph.ctx, keep_stages, custom_kernels)
             if streamed:
-                g.stream = ops.Carry()
+                g.stream = ops.Carry(batch=batch)
                 graph.build(lambda b: _state_first(build(b), b.stream.outputs), g)
             else:
                 graph.build(build, g)

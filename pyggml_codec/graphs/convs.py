@@ -12,21 +12,10 @@ import numpy as np
 
 from ..backend import binding, kernels
 from ..backend.binding import lib
+from . import batched as packed
+from .carry import batched, carry_input, emit_carry  # noqa: F401  (carry_input, emit_carry: the streamed ops' helpers)
 from .ops import F16, F32, Builder, Tensor, add, add_bias, first_columns, mul_mat, reshape_2d, shape, transpose
 from ..backend.winograd import WINOGRAD
-
-
-def carry_input(g: Builder, ne: tuple[int, ...]) -> tuple[str, Tensor]:
-    """The next carried-state input of a streamed graph, ggml shape ``ne`` (zeros at build)."""
-    name = f"carry.{len(g.stream.inputs)}"
-    t = g.input(name, np.zeros(tuple(reversed(ne)), np.float32))
-    g.stream.inputs[name] = t
-    return name, t
-
-
-def emit_carry(g: Builder, name: str, t: Tensor) -> None:
-    """Make (a copy of) ``t`` the output holding state ``name`` for the next chunk."""
-    g.stream.outputs[name] = lib.ggml_cont(g.ctx, t)
 
 
 def concat_time(g: Builder, a_cf: Tensor, b_cf: Tensor) -> Tensor:
@@ -67,6 +56,10 @@ def _streamed_im2col(g: Builder, x_cf: Tensor, w: Tensor, stride: int, dilation:
     Chunks must keep the stride aligned (L a multiple of ``stride``); only a stream's last
     chunk may be shorter, and gets one-shot's right padding (``extra`` zeros).
     """
+    if batched(g):
+        if stride != 1 or extra:
+            raise ValueError(f"batched streams take stride-1 causal convs only (stride {stride})")
+        return packed.conv_columns(g, x_cf, left, lambda x: im2col(g, w, x, 1, 0, dilation))
     length = shape(x_cf)[0]
     if left and length >= left and not extra and _kernel_im2col(g, w, x_cf, with_prev=True):
         x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
@@ -210,6 +203,10 @@ def _in_place(g: Builder, x_cf: Tensor, left: int, conv) -> Tensor:
     length, c = shape(x_cf)[:2]
     if g.stream is None or not left:
         return conv(x_cf, None)
+    if batched(g):  # each stream's context then its samples, in turn: one conv over all of them
+        n = length // g.stream.batch
+        y = conv(reshape_2d(g, packed.context(g, x_cf, left), (left + n) * g.stream.batch, c), None)
+        return packed.time_slices(g, y, left + n, left, n)
     if length >= left:
         return conv(x_cf, context_in_place(g, x_cf, left))
     xc = with_left_context(g, x_cf, left)  # a chunk shorter than the context: concat first
@@ -254,14 +251,14 @@ def conv_transpose1d(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, s
     if shape(x_cl)[0] != cin:
         raise ValueError(f"conv-transpose expects {cin} input channels, got {shape(x_cl)[0]}")
     g.lowerings["conv_transpose"] = g.conv_transpose
-    if g.conv_transpose == "col2im":
+    if batched(g) and k > stride:
+        if g.conv_transpose != "col2im":
+            raise ValueError("batched streams need the col2im conv-transpose lowering")
         cols = mul_mat(g, reshape_2d(g, w, cin, k * cout), x_cl)
-        if g.snake_kernel and binding.tensor_type(cols) == F32:  # the compiled overlap-add (CPU)
-            g.lowerings["col2im"] = "custom"
-            y = kernels.col2im(g.ctx, cols, k, stride, g.keep)
-        else:
-            g.lowerings["col2im"] = "ggml"
-            y = lib.ggml_col2im_1d(g.ctx, cols, stride, cout, 0)
+        y = packed.overlap(g, cols, k, stride, cout, lambda c: _col2im(g, c, k, stride, cout))
+        return add_bias(g, y, b, "CF")
+    if g.conv_transpose == "col2im":
+        y = _col2im(g, mul_mat(g, reshape_2d(g, w, cin, k * cout), x_cl), k, stride, cout)
     else:
         y = lib.ggml_conv_transpose_1d(g.ctx, w, transpose(g, x_cl), stride, 0, 1)
     n_out = shape(x_cl)[1] * stride
@@ -270,6 +267,14 @@ def conv_transpose1d(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, s
     else:
         y = y if k == stride else lib.ggml_cont(g.ctx, lib.ggml_view_2d(g.ctx, y, n_out, cout, y.contents.nb[1], 0))
     return add_bias(g, y, b, "CF")
+
+
+def _col2im(g: Builder, cols: Tensor, k: int, stride: int, cout: int) -> Tensor:
+    if g.snake_kernel and binding.tensor_type(cols) == F32:  # the compiled overlap-add (CPU)
+        g.lowerings["col2im"] = "custom"
+        return kernels.col2im(g.ctx, cols, k, stride, g.keep)
+    g.lowerings["col2im"] = "ggml"
+    return lib.ggml_col2im_1d(g.ctx, cols, stride, cout, 0)
 
 
 def left_pad(g: Builder, x_cf: Tensor, n: int) -> Tensor:

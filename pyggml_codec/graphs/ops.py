@@ -49,6 +49,14 @@ class Carry:
     inputs: dict[str, Tensor] = field(default_factory=dict)
     outputs: dict[str, Tensor] = field(default_factory=dict)
     clocks: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+    # Streams in one graph (a batched step, batching.py): each stream's n steps packed
+    # in turn along time, CF ``[n * batch, C]`` / CL ``[C, n * batch]``; state inputs carry a
+    # stream axis, ``batch_axes`` (numpy axis by input name).
+    batch: int = 1
+    batch_axes: dict[str, int] = field(default_factory=dict)
+    # States whose output holds only the chunk's new entries (attention keys and values): the
+    # driver appends them along this numpy axis of one stream's state and keeps its length.
+    appended: dict[str, int] = field(default_factory=dict)
 
 
 class Choices(dict):

@@ -5,7 +5,7 @@ host-side residual VQ (numpy) is ``model/vq.py``.
 
 from __future__ import annotations
 
-from . import convs, ops
+from . import batched, convs, ops
 from ..model.config import CONVNEXT_LN_EPS, CodecConfig
 from ..model.vq import VQStage, l2_normalize, residual_quantize, stage_prefixes  # noqa: F401  (0.1's quantizer names)
 from .ops import Builder, Tensor
@@ -13,7 +13,8 @@ from .ops import Builder, Tensor
 
 def convnext(g: Builder, x: Tensor, w, p: str) -> Tensor:
     """Depthwise causal conv k7 -> LayerNorm -> Linear 4x -> GELU -> Linear -> gamma, plus input. CF in/out."""
-    y = convs.depthwise_conv1d(g, x, w[f"{p}.dwconv.conv.weight"], w[f"{p}.dwconv.conv.bias"])  # CL
+    dwconv = batched.depthwise_conv1d if convs.batched(g) else convs.depthwise_conv1d
+    y = dwconv(g, x, w[f"{p}.dwconv.conv.weight"], w[f"{p}.dwconv.conv.bias"])  # CL
     y = ops.layer_norm(g, y, w[f"{p}.norm.weight"], w[f"{p}.norm.bias"], CONVNEXT_LN_EPS)
     y = ops.gelu(g, ops.linear(g, y, w[f"{p}.pwconv1.weight"], w[f"{p}.pwconv1.bias"]))
     y = ops.linear(g, y, w[f"{p}.pwconv2.weight"], w[f"{p}.pwconv2.bias"])

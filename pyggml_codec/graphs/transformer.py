@@ -71,23 +71,47 @@ def stream_inputs(g: Builder, n: int, window: int, prefix: str) -> tuple[Tensor,
     if window < 1:
         raise ValueError("streaming needs a bounded attention window")
     pos_name, mask_name = f"{prefix}.pos"[-60:], f"{prefix}.mask"[-60:]
-    g.stream.clocks[pos_name] = (mask_name, n, window)
+    b = g.stream.batch  # batched: n // b tokens per stream; positions and a mask per stream
+    g.stream.clocks[pos_name] = (mask_name, n // b, window)
     g.lowerings[mask_name] = "history-mask"
-    return positions_input(g, n, pos_name), g.input(mask_name, history_mask(n, window, 0))
+    mask = history_mask(n // b, window, 0)
+    if b > 1:
+        mask = np.ascontiguousarray(np.broadcast_to(mask, (b, 1, *mask.shape)))  # ne [T_k, n, 1, B]
+    return positions_input(g, n, pos_name), g.input(mask_name, mask)
 
 
 def _with_history(g: Builder, k: Tensor, v: Tensor, hist: int) -> tuple[Tensor, Tensor]:
-    """Streamed chunk: the carried last ``hist`` keys (post-RoPE) and values before this
-    chunk's, [hd, Hkv, hist + T]; emits the new last ``hist`` of each."""
-    out = []
-    for t in (k, lib.ggml_cont(g.ctx, v)):
-        hd, nkv, n = ops.shape(t)[:3]
-        name, prev = convs.carry_input(g, (hd, nkv, hist))
-        full = lib.ggml_concat(g.ctx, prev, t, 2)
-        nb = full.contents.nb
-        convs.emit_carry(g, name, lib.ggml_view_3d(g.ctx, full, hd, nkv, hist, nb[1], nb[2], n * nb[2]))
-        out.append(full)
-    return out[0], out[1]
+    """Streamed chunk: the carried last ``hist`` keys (post-RoPE) before this chunk's, [hd, Hkv,
+    hist + T], and values, transposed as the product reads them, [hist + T, hd, Hkv]. Emits
+    this chunk's own, which the driver appends to the carried ones (``Carry.appended``)."""
+    hd, nkv, n = ops.shape(k)[:3]
+    v_t = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, v, 1, 2, 0, 3))  # [T, hd, Hkv]
+    return _history(g, k, (hd, nkv, hist), 2), _history(g, v_t, (hist, hd, nkv), 0)
+
+
+def _history(g: Builder, x: Tensor, ne: tuple[int, ...], dim: int, stream_dim: int | None = None) -> Tensor:
+    """The carried entries (ggml shape ``ne``) then ``x``'s, along ggml dimension ``dim``."""
+    name, prev = convs.carry_input(g, ne, stream_dim)
+    convs.emit_carry(g, name, x)
+    g.stream.appended[name] = len(ne) - 1 - dim - (stream_dim is not None)  # numpy axis of one stream's
+    return lib.ggml_concat(g.ctx, prev, x, dim)
+
+
+def _batched_stream_attention(g: Builder, q: Tensor, k: Tensor, v: Tensor, cfg: TransformerConfig,
+                              mask: Tensor) -> Tensor:
+    """One batched step (``ops.Carry.batch`` streams of n tokens in turn): each stream's queries
+    against its own carried keys then its own, the streams as ggml's fourth dimension.
+    Returns [hd * H, n * B]."""
+    b, (hd, nh, t) = g.stream.batch, ops.shape(q)[:3]
+    n, hist, nkv = t // b, cfg.window - 1, cfg.n_kv_head
+    k = _history(g, lib.ggml_reshape_4d(g.ctx, k, hd, nkv, n, b), (hd, nkv, hist, b), 2, 3)  # [hd, Hkv, hist + n, B]
+    v = lib.ggml_reshape_4d(g.ctx, lib.ggml_cont(g.ctx, v), hd, nkv, n, b)
+    v_t = _history(g, lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, v, 1, 2, 0, 3)), (hist, hd, nkv, b), 0, 3)
+    q = lib.ggml_permute(g.ctx, lib.ggml_reshape_4d(g.ctx, q, hd, nh, n, b), 0, 2, 1, 3)  # [hd, n, H, B]
+    scores = ops.mul_mat(g, lib.ggml_permute(g.ctx, k, 0, 2, 1, 3), q)  # [T_k, n, H, B]
+    probs = lib.ggml_soft_max_ext(g.ctx, scores, mask, 1.0 / float(np.sqrt(cfg.head_dim)), 0.0)
+    out = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, ops.mul_mat(g, v_t, probs), 0, 2, 1, 3))  # [hd, H, n, B]
+    return ops.reshape_2d(g, out, hd * nh, t)
 
 
 def blocked_mask(n: int, window: int) -> np.ndarray:
@@ -159,8 +183,14 @@ def attention(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tenso
         out = _blocked_attention(g, q, k, v, cfg, mask)
         out = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, out, 0, 2, 1, 3))  # [hd, H, T]
         return ops.mul_mat(g, w["attention.wo.weight"], ops.reshape_2d(g, out, cfg.head_dim * cfg.n_head, n))
+    if g.stream is not None and g.stream.batch > 1:
+        if cfg.window < 2:
+            raise ValueError("batched streams need an attention window of 2 or more")
+        return ops.mul_mat(g, w["attention.wo.weight"], _batched_stream_attention(g, q, k, v, cfg, mask))
     if g.stream is not None and cfg.window > 1:
-        k, v = _with_history(g, k, v, cfg.window - 1)
+        k, v_t = _with_history(g, k, v, cfg.window - 1)
+    else:
+        v_t = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, v, 1, 2, 0, 3))  # [T_k, hd, Hkv]
     q = lib.ggml_permute(g.ctx, q, 0, 2, 1, 3)  # [hd, T, H]
     k = lib.ggml_permute(g.ctx, k, 0, 2, 1, 3)  # [hd, T_k, Hkv]
     scores = ops.mul_mat(g, k, q)  # [T_k, T_q, H]
@@ -168,7 +198,6 @@ def attention(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tenso
     if mask is None:
         scores = lib.ggml_diag_mask_inf(g.ctx, scores, 0)
     probs = lib.ggml_soft_max_ext(g.ctx, scores, mask, scale, 0.0)
-    v_t = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, v, 1, 2, 0, 3))  # [T_k, hd, Hkv]
     out = ops.mul_mat(g, v_t, probs)  # [hd, T_q, H]
     out = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, out, 0, 2, 1, 3))  # [hd, H, T]
     out = ops.reshape_2d(g, out, cfg.head_dim * cfg.n_head, n)

@@ -1,0 +1,243 @@
+"""Many exact streams at once: :class:`BatchStreamDecoder` advances independent streams in one
+graph per step, and :func:`decode_batch` decodes several code arrays together.
+
+A batched step is the stream decoder's graph (``streaming.py``) built for B streams of n
+frames each: the streams lie in turn along time, so every matrix product reads its weights
+once for all of them, and only the ops that mix time (causal convs, conv-transposes,
+attention) keep the streams apart, each with its own carried state (``graphs/convs.py``,
+``graphs/transformer.py``, ``ops.Carry.batch``). The batch is a graph dimension on every
+backend; nothing loops over streams but the host's stacking of their states.
+
+Each stream keeps its own state on the host between steps, so streams join and leave
+freely, and a push may give each stream a different number of frames: streams with the same
+count share a graph, one graph per distinct count. A push is all or nothing: every stream's
+codes are checked before anything runs, and state is committed only after every graph of
+the step has run, so a bad push (or a failed compute) leaves every stream as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .backend import binding
+from .errors import InputError
+from .graphs.build import ENCODER_CTX, FUSED_CTX, QUANTIZER_CTX, Build
+from .graphs.transformer import history_mask
+from .inputs import check_codes
+from .streaming import append_state
+
+
+class _Slot:
+    """One stream's carried state, by stage kind and input name, and its positions."""
+
+    def __init__(self):
+        self.states: dict[str, dict[str, np.ndarray]] = {}
+        self.clocks: dict[tuple[str, str], int] = {}
+        self.frames = 0
+
+    def state(self, kind: str, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        st = self.states.get(kind, {}).get(name)
+        return np.zeros(shape, np.float32) if st is None else st.reshape(shape)
+
+
+class BatchStreamDecoder:
+    """Exact decoders for up to ``max_streams`` streams, advanced together.
+
+    ``sid = bsd.join()`` starts a stream; ``bsd.push({sid: codes, ...})`` decodes each
+    stream's codes ``(n_codebooks, n_sid)`` (any n >= 1 per stream) and returns
+    ``{sid: audio}`` of exactly ``n_sid * samples_per_frame`` samples each; ``bsd.leave(sid)``
+    ends it. Each stream's audio equals a :class:`~pyggml_codec.streaming.StreamDecoder` (and
+    so a one-shot decode) of its own codes, to float rounding. Errors are
+    :class:`InputError`\\ s naming the stream, raised before any stream moves.
+    """
+
+    def __init__(self, codec, max_streams: int = 8, *, on_invalid_codes: str = "clamp"):
+        if codec.parts == "encode":
+            raise InputError("this codec was loaded with parts='encode'; decode needs parts='decode' or 'all'")
+        if isinstance(max_streams, bool) or not isinstance(max_streams, (int, np.integer)) or max_streams < 1:
+            raise ValueError(f"max_streams must be an int >= 1, got {max_streams!r}")
+        if on_invalid_codes not in ("clamp", "raise"):
+            raise ValueError(f"on_invalid_codes must be 'clamp' or 'raise', got {on_invalid_codes!r}")
+        self._codec = codec
+        self.max_streams = int(max_streams)
+        self.on_invalid_codes = on_invalid_codes
+        self.fused = codec._fused(codec.decode_path)
+        self._slots: dict[int, _Slot] = {}
+        self._left: set[int] = set()
+        self._next_id = 0
+        self.last_compute_s = 0.0  # seconds inside ggml compute during the last push
+        self.last_groups: list[tuple[int, int]] = []  # (frames, streams) of each graph of the last push
+
+    @property
+    def streams(self) -> tuple[int, ...]:
+        """The ids of the live streams, in joining order."""
+        return tuple(self._slots)
+
+    def frames(self, sid: int) -> int:
+        """Frames decoded so far on stream ``sid``."""
+        return self._slot(sid).frames
+
+    def join(self) -> int:
+        """Start a stream (zero state, position 0) and return its id."""
+        if len(self._slots) >= self.max_streams:
+            raise InputError(f"this decoder serves at most {self.max_streams} streams at once "
+                             f"({len(self._slots)} live); leave one first")
+        sid = self._next_id
+        self._next_id += 1
+        self._slots[sid] = _Slot()
+        return sid
+
+    def leave(self, sid: int) -> None:
+        """End stream ``sid`` and drop its state; its id is never reused."""
+        self._slot(sid)
+        del self._slots[sid]
+        self._left.add(sid)
+
+    def _slot(self, sid) -> _Slot:
+        if sid in self._left:
+            raise InputError(f"stream {sid} has left this decoder")
+        slot = self._slots.get(sid) if isinstance(sid, (int, np.integer)) else None
+        if slot is None:
+            raise InputError(f"no stream {sid!r} in this decoder (live: {list(self._slots)})")
+        return slot
+
+    def push(self, chunks: Mapping[int, object]) -> dict[int, np.ndarray]:
+        """Decode one step: ``{sid: codes (n_codebooks, n)}`` -> ``{sid: float32 audio}``."""
+        codec = self._codec
+        with codec._lock:
+            codec._live()
+            checked: dict[int, np.ndarray] = {}
+            for sid, codes in chunks.items():
+                self._slot(sid)
+                try:
+                    checked[sid] = check_codes(codes, codec.config, self.on_invalid_codes)
+                except InputError as exc:
+                    raise InputError(f"stream {sid}: {exc}") from exc
+            groups: dict[int, list[int]] = {}
+            for sid, codes in checked.items():
+                groups.setdefault(codes.shape[1], []).append(sid)
+            self.last_compute_s = 0.0
+            self.last_groups = [(n, len(sids)) for n, sids in groups.items()]
+            pending: dict[int, dict] = {sid: {} for sid in checked}
+            audio: dict[int, np.ndarray] = {}
+            for n, sids in groups.items():
+                pcm = self._step(n, [self._slots[s] for s in sids], [checked[s] for s in sids],
+                                 [pending[s] for s in sids])
+                audio.update(zip(sids, pcm))
+            for sid, stages in pending.items():  # every graph ran: commit
+                slot = self._slots[sid]
+                for kind, (states, clocks) in stages.items():
+                    slot.states[kind] = states
+                    slot.clocks.update(clocks)
+                slot.frames += checked[sid].shape[1]
+        return {sid: audio[sid] for sid in checked}
+
+    def _step(self, n: int, slots: list[_Slot], codes: list[np.ndarray], pending: list[dict]) -> list[np.ndarray]:
+        graphs = self._codec.graphs
+        joined = np.concatenate(codes, axis=1)
+        feed = graphs.codes_feed(joined)
+        if self.fused:
+            out = self._run("stream-fused", FUSED_CTX, n, slots, graphs.fused_decode(joined), feed, pending)
+        else:
+            latent = self._run("stream-latent", QUANTIZER_CTX, n, slots, graphs.latent_decode(joined), feed,
+                               pending)["latent"]
+            out = self._run("stream-wave", ENCODER_CTX, n, slots, graphs.wave_decode(latent.shape[1]),
+                            {"latent": latent}, pending)
+        return np.split(out["audio"].reshape(-1), len(slots))
+
+    def _run(self, kind: str, ctx_bytes: int, n: int, slots: list[_Slot], build: Build, feed: dict,
+             pending: list[dict]) -> dict[str, np.ndarray]:
+        """One stage of one group: stack the streams' states, compute, split the new ones."""
+        b = len(slots)
+        graph = self._codec._graph((kind, n, b) if b > 1 else (kind, n), ctx_bytes, build, streamed=True, batch=b)
+        carry = graph.builder.stream
+        shapes = {binding.lib.ggml_get_name(t).decode(): a.shape for t, a in graph.builder.inputs}
+        inputs = dict(feed)
+        for name in carry.inputs:
+            if name not in shapes:  # an input no op reads
+                continue
+            if b == 1:
+                inputs[name] = slots[0].state(kind, name, shapes[name])
+            else:
+                axis = carry.batch_axes[name]
+                one = shapes[name][:axis] + shapes[name][axis + 1:]
+                inputs[name] = np.stack([slot.state(kind, name, one) for slot in slots], axis=axis)
+        for pos, (mask, m, window) in carry.clocks.items():
+            starts = [slot.clocks.get((kind, pos), 0) for slot in slots]
+            inputs[pos] = np.concatenate([np.arange(p, p + m, dtype=np.int32) for p in starts])
+            masks = [history_mask(m, window, p) for p in starts]
+            inputs[mask] = masks[0] if b == 1 else np.stack(masks)[:, None]
+        out = graph.run(inputs)
+        self.last_compute_s += graph.last_compute_s
+        for i, slot in enumerate(slots):
+            states = {}
+            for name in carry.outputs:
+                states[name] = self._new_state(slot.state, kind, name, carry, shapes[name], out[name], b, i)
+            clocks = {(kind, pos): slot.clocks.get((kind, pos), 0) + m for pos, (_, m, _) in carry.clocks.items()}
+            pending[i][kind] = (states, clocks)
+        return {name: a for name, a in out.items() if name not in carry.outputs}
+
+    @staticmethod
+    def _new_state(state, kind: str, name: str, carry, shape: tuple, out: np.ndarray, b: int, i: int) -> np.ndarray:
+        """Stream ``i``'s next state ``name`` from a graph output (``shape``: the state input's)."""
+        axis = carry.batch_axes.get(name) if b > 1 else None
+        one = shape if axis is None else shape[:axis] + shape[axis + 1:]
+        if name in carry.appended:  # this chunk's entries only: append them to the stream's own
+            new_shape = list(shape)
+            new_shape[carry.appended[name] + (axis is not None and axis <= carry.appended[name])] = -1
+            new = out.reshape(new_shape) if axis is None else np.take(out.reshape(new_shape), i, axis=axis)
+            return append_state(state(kind, name, one), new, carry.appended[name])
+        return out.reshape(shape) if axis is None else np.take(out.reshape(shape), i, axis=axis)
+
+    def close(self) -> None:
+        """End every stream."""
+        for sid in list(self._slots):
+            self.leave(sid)
+
+    def __enter__(self) -> "BatchStreamDecoder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def decode_batch(codec, items: Sequence, *, on_invalid_codes: str = "clamp",
+                 frames_per_step: int | None = None) -> list[np.ndarray]:
+    """Decode several code arrays ``(n_codebooks, T_i)`` together: a list of float32 audio,
+    ``T_i * samples_per_frame`` samples each, equal to decoding each alone (float rounding).
+
+    All items advance in one graph per step, each by ``min(frames left of any item,
+    frames_per_step // items left)`` frames; ``frames_per_step`` (default: the codec's
+    ``decode_chunk_frames``, or unbounded where that is None, as on GPU backends) bounds the
+    step's compute buffer, as ``decode_chunk_frames`` bounds one decode's.
+    """
+    cfg = codec.config
+    checked = []
+    for i, codes in enumerate(items):
+        try:
+            checked.append(check_codes(codes, cfg, on_invalid_codes, max_frames=None))
+        except InputError as exc:
+            raise InputError(f"item {i}: {exc}") from exc
+    budget = codec._chunk_frames() if frames_per_step is None else int(frames_per_step)
+    if budget is not None and budget < 1:
+        raise ValueError(f"frames_per_step must be >= 1, got {frames_per_step}")
+    pieces: list[list[np.ndarray]] = [[] for _ in checked]
+    if not checked:
+        return []
+    with BatchStreamDecoder(codec, max_streams=len(checked)) as bsd:
+        sids = {bsd.join(): i for i in range(len(checked))}
+        done = [0] * len(checked)
+        while sids:
+            left = min(checked[i].shape[1] - done[i] for i in sids.values())
+            n = left if budget is None else max(1, min(left, budget // len(sids)))
+            out = bsd.push({sid: checked[i][:, done[i]:done[i] + n] for sid, i in sids.items()})
+            for sid, pcm in out.items():
+                i = sids[sid]
+                pieces[i].append(pcm)
+                done[i] += n
+                if done[i] == checked[i].shape[1]:
+                    bsd.leave(sid)
+                    del sids[sid]
+    return [np.concatenate(p) for p in pieces]
