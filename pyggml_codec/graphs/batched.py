@@ -70,13 +70,20 @@ def overlap(g: Builder, cols: Tensor, k: int, stride: int, cout: int, col2im) ->
 
 
 def depthwise_conv1d(g: Builder, x_cf: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-    """:func:`depthwise_conv1d` of a batched step: ``ggml_ssm_conv`` with the streams as its
-    sequences, each after its carried context (inputs rounded to F16 first in "s2cpp")."""
+    """:func:`depthwise_conv1d` of a batched step, each stream after its carried context:
+    ``ggml_ssm_conv`` with the streams as its sequences; in "s2cpp" ``ggml_conv_1d_dw`` over the
+    streams' channels side by side (the kernel repeated per stream), as one stream computes it."""
     k, c = shape(w)[0], shape(x_cf)[1]
+    n_b = g.stream.batch
+    padded = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, context(g, x_cf, k - 1), 0, 2, 1, 3))  # [k-1+n, C, B]
     if g.f16_convs:
-        x_cf = lib.ggml_cast(g.ctx, lib.ggml_cast(g.ctx, x_cf, F16), F32)
+        length = shape(padded)[0]
+        w_rep = lib.ggml_repeat(g.ctx, w, lib.ggml_new_tensor_3d(g.ctx, binding.tensor_type(w), k, 1, c * n_b))
+        y = lib.ggml_conv_1d_dw(g.ctx, w_rep, reshape_2d(g, padded, length, c * n_b), 1, 0, 1)  # [n, C*B]
+        y = lib.ggml_reshape_3d(g.ctx, y, length - k + 1, c, n_b)
+        y = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, y, 1, 0, 2, 3))  # [C, n, B]
+        return add_bias(g, reshape_2d(g, y, c, shape(x_cf)[0]), b, "CL")
     if binding.tensor_type(w) != F32:  # ssm_conv reads an F32 kernel (an F16 one upcasts exactly)
         w = lib.ggml_cast(g.ctx, w, F32)
-    padded = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, context(g, x_cf, k - 1), 0, 2, 1, 3))  # [k-1+n, C, B]
     y = lib.ggml_ssm_conv(g.ctx, padded, reshape_2d(g, w, k, c))  # [C, n, B]
     return add_bias(g, reshape_2d(g, y, c, shape(x_cf)[0]), b, "CL")
