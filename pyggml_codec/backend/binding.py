@@ -188,6 +188,15 @@ def quantize_rows(rows: np.ndarray, ggml_type: int) -> np.ndarray:
     return out
 
 
+def mark_weights(buffer) -> None:
+    """Mark a backend buffer as holding weights (``GGML_BACKEND_BUFFER_USAGE_WEIGHTS``)."""
+    lib.ggml_backend_buffer_set_usage(buffer, lib.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+
+
+def buffer_is_weights(buffer) -> bool:
+    return int(lib.ggml_backend_buffer_get_usage(buffer)) == lib.GGML_BACKEND_BUFFER_USAGE_WEIGHTS
+
+
 def upload(tensor, array: np.ndarray) -> None:
     """Copy a numpy array into a backend tensor (any backend). Sizes are checked first;
     a quantized tensor takes its raw bytes (uint8)."""
