@@ -119,6 +119,12 @@ def cpu_features() -> dict[str, str]:
     return out
 
 
+def compiled_backends() -> set[str]:
+    """GPU backends compiled into this ggml build, whether or not a device of theirs is usable."""
+    inits = {"cuda": "ggml_backend_cuda_init", "metal": "ggml_backend_metal_init", "vulkan": "ggml_backend_vk_init"}
+    return {name for name, fn in inits.items() if hasattr(lib.lib, fn)}
+
+
 def binding_version() -> str:
     """The installed ggml-python's version."""
     from importlib.metadata import PackageNotFoundError, version

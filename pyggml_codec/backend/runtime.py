@@ -199,6 +199,12 @@ def default_threads() -> int:
 def _init_device(backend: str, device: int, f32_products: bool) -> tuple[Backend | None, str | None]:
     """Start device ``device`` of a GPU backend; (Backend, None) or (None, reason)."""
     matches = [d for d in devices() if d.backend == _REGISTRY_NAMES[backend].lower()]
+    if not matches and backend in binding.compiled_backends():
+        hint = ("; ggml skips CPU-type devices such as llvmpipe unless GGML_VK_VISIBLE_DEVICES is set, and "
+                "an index there that does not exist disables Vulkan" if backend == "vulkan" else "")
+        visible = os.environ.get("GGML_VK_VISIBLE_DEVICES") if backend == "vulkan" else None
+        return None, (f"this ggml build has {backend}, but ggml found no usable {backend} device"
+                      f"{f' (GGML_VK_VISIBLE_DEVICES={visible})' if visible is not None else ''}{hint}")
     if not matches:
         return None, f"this ggml build has no {backend} backend (available: {', '.join(available_backends())})"
     if not 0 <= device < len(matches):
