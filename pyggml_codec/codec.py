@@ -32,7 +32,7 @@ DECODE_CHUNK_FRAMES = 32  # about 1.5 s: the split decode's chunk on CPU (Codec.
 
 
 class _GraphCache:
-    """Built graphs keyed by (kind, frame count), least recently used evicted."""
+    """Graphs keyed by (kind, frames[, "stages"]); past ``size`` of a kind, its LRU one is freed."""
 
     def __init__(self, size: int):
         self.size = size
@@ -44,13 +44,13 @@ class _GraphCache:
             return self.graphs[key]
         graph = make()
         self.graphs[key] = graph
-        while len(self.graphs) > self.size:
-            self.graphs.popitem(last=False)[1].free()
+        same = [k for k in self.graphs if k[:1] + k[2:] == key[:1] + key[2:]]  # oldest first
+        for old in same[:-self.size]:
+            self.graphs.pop(old).free()
         return graph
 
-    def discard(self, key) -> None:
-        graph = self.graphs.pop(key, None)
-        if graph is not None:
+    def discard(self, *keys) -> None:
+        for graph in filter(None, (self.graphs.pop(key, None) for key in keys)):
             graph.free()
 
     def clear(self) -> None:
@@ -194,9 +194,14 @@ class Codec:
             self.lowerings.update(graph.builder.lowerings)
             return graph
 
-        if keep_stages:  # dumps are one-off: never cached
+        if self._one_off(keep_stages):
             return make()
-        return self._cache.get(key, make)
+        return self._cache.get(key + ("stages",) if keep_stages else key, make)
+
+    def _one_off(self, keep_stages: bool) -> bool:
+        """Stage graphs (dumps) are one-off on the CPU; cached elsewhere, since freeing compute
+        buffers per call aborted processes on Mesa's lavapipe (README, Vulkan)."""
+        return keep_stages and self._live().backend.is_cpu
 
     def _run(self, key, ctx_bytes: int, build: Build, feeds: dict,
              keep_stages: bool = False) -> dict[str, np.ndarray]:
@@ -207,7 +212,7 @@ class Codec:
             self.last_compute_s += graph.last_compute_s
             return out
         finally:
-            if keep_stages:
+            if self._one_off(keep_stages):
                 graph.free()
 
     # ----------------------------------------------------------------- decode
@@ -248,7 +253,7 @@ class Codec:
                     return self._decode_fused(codes, return_stages)
                 except GraphError as exc:
                     self.failed_fused_frames.add(n)
-                    self._cache.discard(("fused", n))
+                    self._cache.discard(("fused", n), ("fused", n, "stages"))
                     logging.getLogger("pyggml_codec").warning(
                         "fused decode of %d frames failed (%s); using the split path for this frame count", n, exc)
             return self._decode_split(codes, return_stages)
