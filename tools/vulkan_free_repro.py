@@ -4,8 +4,8 @@
     GGML_VK_VISIBLE_DEVICES=0 python tools/vulkan_free_repro.py MODEL.gguf [--runs 4] [--mode clear|keep]
 
 ``clear`` frees the graphs between calls; ``keep`` makes the same calls with the graphs kept
-(cached). Each run is a child process; the script prints how each ended (exit status or the
-signal) and glibc's last line. Measured with Mesa 22.3.6 lavapipe and ggml 0.15.3 on the
+(cached). Each run is a child process; the script prints how each ended (exit status, signal, or
+hung) and glibc's last line. Measured with Mesa 22.3.6 lavapipe and ggml 0.15.3 on the
 tiny test model: clear 6 of 6 runs aborted (SIGABRT / SIGSEGV, glibc heap-corruption messages),
 keep 0 of 6. Graphs of one op each (add, mul_mat, im2col, soft_max, rope, permuted products)
 built, computed and freed the same way did not abort in 30 iterations.
@@ -40,14 +40,21 @@ def main() -> int:
     ap.add_argument("model")
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--mode", choices=("clear", "keep"), default="clear")
+    ap.add_argument("--timeout", type=float, default=180, help="seconds per run before it counts as hung")
     args = ap.parse_args()
     died = 0
     for run in range(args.runs):
-        p = subprocess.run([sys.executable, "-c", CHILD, args.model, args.mode], capture_output=True, text=True)
-        calls = p.stdout.count("call ")
-        how = f"signal {signal.Signals(-p.returncode).name}" if p.returncode < 0 else f"exit {p.returncode}"
-        last = (p.stderr.strip().splitlines() or [""])[0][:120]
-        died += p.returncode != 0
+        try:
+            p = subprocess.run([sys.executable, "-c", CHILD, args.model, args.mode], capture_output=True, text=True,
+                               timeout=args.timeout)
+            rc, out, err = p.returncode, p.stdout, p.stderr
+        except subprocess.TimeoutExpired as exc:  # a corrupted heap can also deadlock in malloc
+            rc, out, err = None, exc.stdout or "", "hung"
+            out = out.decode() if isinstance(out, bytes) else out
+        calls = out.count("call ")
+        how = ("hung" if rc is None else f"signal {signal.Signals(-rc).name}" if rc < 0 else f"exit {rc}")
+        last = (err.strip().splitlines() or [""])[0][:120]
+        died += rc != 0
         print(f"run {run}: {how} after {calls} calls {last}")
     print(f"{args.mode}: {died} of {args.runs} runs died")
     return 0
