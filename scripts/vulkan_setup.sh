@@ -34,11 +34,11 @@ step "Vulkan headers from trixie's libvulkan-dev (unpacked, not installed)"
 if [ ! -f "$HEADERS/usr/include/vulkan/vulkan.hpp" ]; then
     apt_dir="$(mktemp -d)"
     trap 'rm -rf "$apt_dir"' EXIT
-    chmod 755 "$apt_dir"  # apt's download user must reach it
     mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/sources.list.d"
     cat > "$apt_dir/sources.list" <<SRC
 deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main
 SRC
+    if id _apt > /dev/null 2>&1; then chown -R _apt "$apt_dir"; fi  # apt downloads as its own user
     apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o "Dir::Etc::SourceParts=$apt_dir/sources.list.d"
               -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
               -o "Dir::State::Status=/dev/null" -o "APT::Architecture=amd64" -o "Debug::NoLocking=1")
