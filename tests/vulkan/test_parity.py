@@ -29,7 +29,7 @@ def _codes(n: int = FRAMES, seed: int = 8) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def cpu_codecs(tiny_model):
+def cpu_codecs(tiny_model, gpu_backend):  # skips first where the backend is absent
     codecs = {p: pyggml_codec.load(tiny_model.path("f32" if p == "f32" else "f16"), backend="cpu", precision=p)
               for p in ("f32", "s2cpp")}
     yield codecs
