@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_bench_backends_compares_the_device_with_the_cpu(tiny_model, gpu_backend, tmp_path):
+def test_bench_backends_compares_the_device_with_the_cpu(gpu_backend, tiny_model, tmp_path):
     """Both rows run; the device's deltas against the CPU are what the parity tests allow
     (f32 decode rel RMS <= 1e-5; codes of a 0.5 s signal equal on >= 90 % in the worst
     codebook, since bench counts near-ties too). The table is printed for the CI log."""

@@ -55,13 +55,13 @@ def _print_placement(label: str, graph) -> dict[str, dict[str, int]]:
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_model, gpu_backend):
+def reference(gpu_backend, tiny_model):
     with pyggml_codec.load(tiny_model.f32_path, backend=gpu_backend, strict_backend=True) as plain:
         assert binding.buffer_is_weights(plain._live().buffer.buffer)
         return plain.decode(_codes(), decode_path="fused"), plain.device_name
 
 
-def test_pinned_ops_leave_the_rest_on_the_device(tiny_model, gpu_backend, reference):
+def test_pinned_ops_leave_the_rest_on_the_device(gpu_backend, tiny_model, reference):
     """COL2IM_1D and TANH pinned to the CPU in the fused decode: the scheduler must run
     exactly the pinned compute nodes on the CPU and every other compute node on the device;
     the audio equals the plain device decode to rel RMS <= 1e-6 (both compute in F32)."""
@@ -85,7 +85,7 @@ def test_pinned_ops_leave_the_rest_on_the_device(tiny_model, gpu_backend, refere
     assert r <= 1e-6
 
 
-def test_pinned_products_in_the_split_path(tiny_model, gpu_backend, reference):
+def test_pinned_products_in_the_split_path(gpu_backend, tiny_model, reference):
     """MUL_MAT pinned to the CPU in the split decode: every product runs on the CPU, every
     other node that reads a weight stays on the device (ops between two products may follow
     them to the CPU: the scheduler's choice); rel RMS <= 1e-6."""
@@ -106,7 +106,7 @@ def test_pinned_products_in_the_split_path(tiny_model, gpu_backend, reference):
     assert r <= 1e-6
 
 
-def test_a_failed_fused_graph_is_remembered(tiny_model, gpu_backend, caplog):
+def test_a_failed_fused_graph_is_remembered(gpu_backend, tiny_model, caplog):
     """A frame count whose fused graph fails is served by the split path on the device from
     then on (no second attempt), other frame counts stay fused. No op of this model fails on
     the device, so the failure is injected in the fused graph's builder, inside the same

@@ -29,7 +29,7 @@ def _codes(n: int = FRAMES, seed: int = 8) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def cpu_codecs(tiny_model, gpu_backend):  # skips first where the backend is absent
+def cpu_codecs(gpu_backend, tiny_model):  # skips first where the backend is absent
     codecs = {p: pyggml_codec.load(tiny_model.path("f32" if p == "f32" else "f16"), backend="cpu", precision=p)
               for p in ("f32", "s2cpp")}
     yield codecs
@@ -38,7 +38,7 @@ def cpu_codecs(tiny_model, gpu_backend):  # skips first where the backend is abs
 
 
 @pytest.fixture(scope="module")
-def gpu_codecs(tiny_model, gpu_backend):
+def gpu_codecs(gpu_backend, tiny_model):
     codecs = {p: pyggml_codec.load(tiny_model.path("f32" if p == "f32" else "f16"), backend=gpu_backend,
                                    strict_backend=True, precision=p) for p in ("f32", "s2cpp")}
     yield codecs
@@ -111,7 +111,7 @@ def test_streaming_matches_one_shot_on_the_device(gpu_codecs):
     assert got.shape == want.shape and err <= 1e-5
 
 
-def test_bad_backend_requests_raise_clearly(tiny_model, gpu_backend):
+def test_bad_backend_requests_raise_clearly(gpu_backend, tiny_model):
     from pyggml_codec import BackendError
 
     with pytest.raises(BackendError, match=f"{gpu_backend} device 7 does not exist"):
@@ -127,7 +127,7 @@ def test_bad_backend_requests_raise_clearly(tiny_model, gpu_backend):
             assert c.backend_name == "cpu" and "does not exist" in c.fallback_reason
 
 
-def test_a_device_that_fails_to_start_is_an_error_not_an_abort(tiny_model, gpu_backend):
+def test_a_device_that_fails_to_start_is_an_error_not_an_abort(gpu_backend, tiny_model):
     """GGML_VK_VISIBLE_DEVICES naming a device that does not exist makes ggml-vulkan's start
     fail: the load raises a BackendError that says why, and the process lives on."""
     import child

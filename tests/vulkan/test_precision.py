@@ -51,7 +51,7 @@ def _run(tiny_model, order: str) -> dict:
             os.environ["GGML_VK_DISABLE_F16"] = env_had
 
 
-def test_f32_first_turns_the_f16_path_off(tiny_model, gpu_backend):
+def test_f32_first_turns_the_f16_path_off(gpu_backend, tiny_model):
     """f32 started first: products in F32 (decode rel RMS vs CPU <= 1e-5, as in test_parity),
     and an s2cpp codec on the same device later computes its products in F32 too."""
     if gpu_backend != "vulkan":
@@ -62,7 +62,7 @@ def test_f32_first_turns_the_f16_path_off(tiny_model, gpu_backend):
     assert r["1-s2cpp"]["products"] == "f32"
 
 
-def test_a_device_started_with_f16_on_is_reported(tiny_model, gpu_backend):
+def test_a_device_started_with_f16_on_is_reported(gpu_backend, tiny_model):
     """s2cpp started first leaves ggml-vulkan's F16 path on for the process: a later f32 codec
     on that device says so in its plan and with a warning, and its error is printed (measured
     on lavapipe, 16 frames: f32 3.2e-4 and s2cpp 7.1e-4 rel RMS, against 4.8e-7 and 2.0e-4
