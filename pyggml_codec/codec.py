@@ -27,16 +27,16 @@ from .model.loader import LoadedModel
 if TYPE_CHECKING:
     from .streaming import StreamDecoder
 
-GRAPH_CACHE_SIZE = 4  # graphs kept per kind (distinct frame counts)
+GRAPH_CACHE_SIZE = 4  # graphs kept in all on the CPU, per kind (distinct frame counts) elsewhere
 DECODE_CHUNK_FRAMES = 32  # about 1.5 s: the split decode's chunk on CPU (Codec.decode_chunk_frames)
 
 
 class _GraphCache:
-    """Graphs keyed by (kind, frames[, "stages"]); past ``size`` of a kind, its LRU one is freed."""
+    """Graphs keyed by (kind, frames[, "stages"]); past ``size`` (of a kind, if ``per_kind``), the
+    least recently used is freed. Per kind off the CPU: freeing compute buffers aborted lavapipe."""
 
-    def __init__(self, size: int):
-        self.size = size
-        self.graphs: OrderedDict = OrderedDict()
+    def __init__(self, size: int, per_kind: bool = False):
+        self.size, self.per_kind, self.graphs = size, per_kind, OrderedDict()
 
     def get(self, key, make: Callable[[], Graph]) -> Graph:
         if key in self.graphs:
@@ -44,7 +44,7 @@ class _GraphCache:
             return self.graphs[key]
         graph = make()
         self.graphs[key] = graph
-        same = [k for k in self.graphs if k[:1] + k[2:] == key[:1] + key[2:]]  # oldest first
+        same = [k for k in self.graphs if not self.per_kind or k[:1] + k[2:] == key[:1] + key[2:]]  # oldest first
         for old in same[:-self.size]:
             self.graphs.pop(old).free()
         return graph
@@ -73,7 +73,7 @@ class Codec:
         self.precision = precision
         self.graphs = CodecGraphs(model, precision)
         self.decode_path = decode_path
-        self._cache = _GraphCache(GRAPH_CACHE_SIZE)
+        self._cache = _GraphCache(GRAPH_CACHE_SIZE, per_kind=not model.backend.is_cpu)
         self.failed_fused_frames: set[int] = set()
         self._lock = threading.RLock()
         self.lowerings: dict[str, str] = {}
