@@ -10,7 +10,7 @@ rm -rf "$PYGGML_VK_VENV" .vk-cache
 export MESA_SHADER_CACHE_DIR="$PWD/.vk-cache/mesa" GGML_VK_VISIBLE_DEVICES=0
 mkdir -p "$MESA_SHADER_CACHE_DIR"
 start=$(date +%s)
-timeout 900 bash scripts/vulkan_setup.sh
+timeout 1200 bash scripts/vulkan_setup.sh
 echo "-- vulkan setup took $(( $(date +%s) - start )) s"
 . "$PYGGML_VK_VENV/bin/activate"
 export PYGGML_ORACLE_WHEELS="$PWD/.oracle_wheels"
