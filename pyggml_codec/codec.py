@@ -194,14 +194,9 @@ class Codec:
             self.lowerings.update(graph.builder.lowerings)
             return graph
 
-        if self._one_off(keep_stages):
-            return make()
+        if keep_stages and self._model.backend.is_cpu:  # dumps are one-off on the CPU; cached elsewhere,
+            return make()  # since freeing compute buffers per call aborted lavapipe (README, Vulkan)
         return self._cache.get(key + ("stages",) if keep_stages else key, make)
-
-    def _one_off(self, keep_stages: bool) -> bool:
-        """Stage graphs (dumps) are one-off on the CPU; cached elsewhere, since freeing compute
-        buffers per call aborted processes on Mesa's lavapipe (README, Vulkan)."""
-        return keep_stages and self._live().backend.is_cpu
 
     def _run(self, key, ctx_bytes: int, build: Build, feeds: dict,
              keep_stages: bool = False) -> dict[str, np.ndarray]:
@@ -212,7 +207,7 @@ class Codec:
             self.last_compute_s += graph.last_compute_s
             return out
         finally:
-            if self._one_off(keep_stages):
+            if keep_stages and self._model.backend.is_cpu:
                 graph.free()
 
     # ----------------------------------------------------------------- decode
