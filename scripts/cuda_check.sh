@@ -44,7 +44,7 @@ run)
     pip_offline=(python -m pip install -q --no-index --find-links "$CARRY")
     echo "-- ggml-python with -DGGML_CUDA=on ($(date -u +%T))"
     start=$(date +%s)
-    CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90} -DGGML_LLAMAFILE=ON" \
+    CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90}" \
         CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
         "${pip_offline[@]}" --no-cache-dir --force-reinstall --no-deps "$CARRY"/ggml_python-*.tar.gz
     echo "-- built in $(( $(date +%s) - start )) s"

@@ -58,7 +58,7 @@ python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
 # The binding first, so that installing the package finds it and builds no CPU-only one.
 GGML_PY="ggml-python==$(sed -n 's/.*"ggml-python==\([0-9.]*\)".*/\1/p' pyproject.toml)"
 step "$GGML_PY with -DGGML_VULKAN=on"
-CMAKE_ARGS="-DGGML_VULKAN=on -DGGML_LLAMAFILE=ON -DVulkan_INCLUDE_DIR=$HEADERS/usr/include" \
+CMAKE_ARGS="-DGGML_VULKAN=on -DVulkan_INCLUDE_DIR=$HEADERS/usr/include" \
     CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
     python -m pip install -q --no-cache-dir --force-reinstall --no-deps "$GGML_PY"
 step "pyggml_codec with its test extra"
