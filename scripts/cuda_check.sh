@@ -9,7 +9,8 @@
 #                                        then runs the GPU tests (parity, fallback placement,
 #                                        remembered failure, bench-backends) on backend cuda and
 #                                        bench-backends at 1 s and 10 s; all output in $OUT (or cuda_out/)
-# Environment: CUDA_ARCH (default 90), PYGGML_CUDA_VENV (default .cuda-venv).
+# Carry to that machine the ignored folders .cuda-carry/ and .oracle_wheels/ (about 12 MB).
+# Environment: CUDA_ARCH (default 90), PYGGML_CUDA_VENV (default .cuda-venv), PYVER for prepare.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 CARRY="$PWD/.cuda-carry"
