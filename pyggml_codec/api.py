@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import warnings
 from typing import Any, Iterable, Mapping
 
-from .backend.runtime import Backend, default_threads, set_cpu_ops, start_backend
+from .backend.runtime import PRODUCTS, VK_DISABLE_F16, Backend, default_threads, set_cpu_ops, start_backend
 from .codec import Codec
 from .inputs import PRECISIONS
 from .model.loader import load_model
@@ -71,7 +72,11 @@ def load(
     if isinstance(backend, int) and not isinstance(backend, bool):
         handle = Backend.wrap(backend)
     else:
-        handle = start_backend(str(backend), device, strict_backend)
+        handle = start_backend(str(backend), device, strict_backend, f32_products=precision == "f32")
+    if precision == "f32" and handle.products == "f16-inputs":
+        warnings.warn(f"pyggml_codec: precision 'f32' on {handle.device_name} is not F32: {PRODUCTS['f16-inputs']}. "
+                      f"This device was first started in this process with F16 on; start it first with "
+                      f"precision='f32', or set {VK_DISABLE_F16}=1 before the first load", RuntimeWarning, stacklevel=2)
     handle.set_threads(n_threads or default_threads())
     try:
         set_cpu_ops(handle, cpu_ops)

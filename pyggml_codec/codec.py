@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .batching import BatchStreamDecoder
     from .streaming import StreamDecoder
 
-GRAPH_CACHE_SIZE = 4  # graphs kept per kind (distinct frame counts)
+GRAPH_CACHE_SIZE = 4  # graphs kept in all on the CPU, per kind (distinct frame counts) elsewhere
 BATCH_GRAPH_CACHE_SIZE = 12  # batched stream graphs: two stages x several (frames, streams) groups
 DECODE_CHUNK_FRAMES = 32  # about 1.5 s: the split decode's chunk on CPU (Codec.decode_chunk_frames)
 
@@ -47,7 +47,7 @@ class Codec:
         self.precision = precision
         self.graphs = CodecGraphs(model, precision)
         self.decode_path = decode_path
-        self._cache = GraphCache(GRAPH_CACHE_SIZE)
+        self._cache = GraphCache(GRAPH_CACHE_SIZE, per_kind=not model.backend.is_cpu)
         self._batch_cache = GraphCache(BATCH_GRAPH_CACHE_SIZE)  # batched stream steps, by (kind, n, streams)
         self.failed_fused_frames: set[int] = set()
         self._lock = threading.RLock()
@@ -175,8 +175,10 @@ class Codec:
             self.lowerings.update(graph.builder.lowerings)
             return graph
 
-        if keep_stages:  # dumps are one-off: never cached
-            return make()
+        if keep_stages and self._model.backend.is_cpu:  # dumps are one-off on the CPU; cached elsewhere,
+            return make()  # since freeing compute buffers per call aborted lavapipe (README, Vulkan)
+        if keep_stages:
+            key = key + ("stages",)
         return (self._batch_cache if batch > 1 else self._cache).get(key, make)
 
     def _run(self, key, ctx_bytes: int, build: Build, feeds: dict,
@@ -188,7 +190,7 @@ class Codec:
             self.last_compute_s += graph.last_compute_s
             return out
         finally:
-            if keep_stages:
+            if keep_stages and self._model.backend.is_cpu:
                 graph.free()
 
     # ----------------------------------------------------------------- decode
@@ -229,7 +231,7 @@ class Codec:
                     return self._decode_fused(codes, return_stages)
                 except GraphError as exc:
                     self.failed_fused_frames.add(n)
-                    self._cache.discard(("fused", n))
+                    self._cache.discard(("fused", n), ("fused", n, "stages"))
                     logging.getLogger("pyggml_codec").warning(
                         "fused decode of %d frames failed (%s); using the split path for this frame count", n, exc)
             return self._decode_split(codes, return_stages)

@@ -13,10 +13,13 @@ import pytest
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-slow", action="store_true", default=False, help="run tests marked slow")
+    parser.addoption("--gpu-backend", default=None,
+                     help="backend for the tests marked gpu (tests/vulkan; default PYGGML_TEST_BACKEND or vulkan)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: needs the full-size S2 model or minutes of CPU")
+    config.addinivalue_line("markers", "gpu: runs on a GPU backend (--gpu-backend); skips where this build has none")
 
 
 def _run_slow(config: pytest.Config) -> bool:

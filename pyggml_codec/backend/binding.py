@@ -119,6 +119,12 @@ def cpu_features() -> dict[str, str]:
     return out
 
 
+def compiled_backends() -> set[str]:
+    """GPU backends compiled into this ggml build, whether or not a device of theirs is usable."""
+    inits = {"cuda": "ggml_backend_cuda_init", "metal": "ggml_backend_metal_init", "vulkan": "ggml_backend_vk_init"}
+    return {name for name, fn in inits.items() if hasattr(lib.lib, fn)}
+
+
 def binding_version() -> str:
     """The installed ggml-python's version."""
     from importlib.metadata import PackageNotFoundError, version
@@ -186,6 +192,15 @@ def quantize_rows(rows: np.ndarray, ggml_type: int) -> np.ndarray:
     if int(written) != out.nbytes:  # pragma: no cover - ggml's own size contract
         raise RuntimeError(f"ggml_quantize_chunk wrote {written} bytes, expected {out.nbytes}")
     return out
+
+
+def mark_weights(buffer) -> None:
+    """Mark a backend buffer as holding weights (``GGML_BACKEND_BUFFER_USAGE_WEIGHTS``)."""
+    lib.ggml_backend_buffer_set_usage(buffer, lib.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+
+
+def buffer_is_weights(buffer) -> bool:
+    return int(lib.ggml_backend_buffer_get_usage(buffer)) == lib.GGML_BACKEND_BUFFER_USAGE_WEIGHTS
 
 
 def upload(tensor, array: np.ndarray) -> None:

@@ -22,6 +22,10 @@ from .runtime import Backend, cpu_backend, default_threads, node_label, op_name
 from ..errors import BackendError, GraphError
 
 
+# ops that only describe memory (no kernel runs for them)
+LAYOUT_OPS = frozenset({"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
+
+
 def new_context(mem_bytes: int) -> int:
     """A metadata-only ggml context (tensor data lives in backend buffers)."""
     params = lib.ggml_init_params(mem_size=int(mem_bytes), mem_buffer=None, no_alloc=True)
@@ -43,9 +47,13 @@ class WeightBuffer:
         return binding.new_tensor(self.ctx, ggml_type, ne)
 
     def allocate(self) -> int:
+        """Allocate every tensor of the context in one backend buffer, marked as weights:
+        ``ggml_backend_sched`` keeps an op whose input lives in a weight buffer on that
+        buffer's backend, so ops pinned to the CPU move alone, not the whole graph."""
         self.buffer = lib.ggml_backend_alloc_ctx_tensors(self.ctx, self.backend.handle)
         if not self.buffer:
             raise BackendError("could not allocate the weight buffer on the backend")
+        binding.mark_weights(self.buffer)
         return int(lib.ggml_backend_buffer_get_size(self.buffer))
 
     def free(self) -> None:
@@ -149,7 +157,20 @@ class Graph:
         handle = lib.ggml_backend_sched_get_tensor_backend(self.sched, node)
         if handle and handle == self.cpu_helper.handle:
             return lib.ggml_backend_name(handle).decode() + " (fallback)"
-        return lib.ggml_backend_name(handle).decode() if handle else self.backend.device_name
+        return lib.ggml_backend_name(handle).decode() if handle else "(unassigned)"
+
+    def placement(self) -> dict[str, dict[str, int]]:
+        """Nodes per backend as the scheduler assigned them (``ggml_backend_sched_get_tensor_backend``
+        after allocation), by op: ``{"Vulkan0": {"MUL_MAT": 40, ...}, "CPU (fallback)": {...}}``.
+        Layout-only nodes (views, reshapes, permutes) are counted under ``"(layout)"`` ops."""
+        out: dict[str, dict[str, int]] = {}
+        for i in range(lib.ggml_graph_n_nodes(self.gf)):
+            node = lib.ggml_graph_node(self.gf, i)
+            op = op_name(node)
+            ops = out.setdefault(self.node_backend(node), {})
+            key = "(layout)" if op in LAYOUT_OPS else op
+            ops[key] = ops.get(key, 0) + 1
+        return out
 
     @property
     def compute_bytes(self) -> int:
@@ -224,10 +245,12 @@ class Graph:
 
 
 class GraphCache:
-    """Built graphs keyed by (kind, frame count), least recently used evicted."""
+    """Built graphs keyed by (kind, frames[, ...]); past ``size`` (of a kind, if ``per_kind``), the
+    least recently used is freed. Per kind off the CPU: freeing compute buffers and computing again
+    at another size aborted lavapipe (README, Vulkan)."""
 
-    def __init__(self, size: int):
-        self.size = size
+    def __init__(self, size: int, per_kind: bool = False):
+        self.size, self.per_kind = size, per_kind
         self.graphs: OrderedDict = OrderedDict()
 
     def get(self, key, make: Callable[[], Graph]) -> Graph:
@@ -236,13 +259,13 @@ class GraphCache:
             return self.graphs[key]
         graph = make()
         self.graphs[key] = graph
-        while len(self.graphs) > self.size:
-            self.graphs.popitem(last=False)[1].free()
+        same = [k for k in self.graphs if not self.per_kind or k[:1] + k[2:] == key[:1] + key[2:]]  # oldest first
+        for old in same[:-self.size]:
+            self.graphs.pop(old).free()
         return graph
 
-    def discard(self, key) -> None:
-        graph = self.graphs.pop(key, None)
-        if graph is not None:
+    def discard(self, *keys) -> None:
+        for graph in filter(None, (self.graphs.pop(key, None) for key in keys)):
             graph.free()
 
     def clear(self) -> None:

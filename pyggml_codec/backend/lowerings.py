@@ -88,6 +88,9 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None, precision:
         # float rounding of one graph (an 8-bit activation rounding flips where chunking moves
         # it by an ulp: 1e-2 max abs on the demo model); GPUs keep their quantized kernels.
         "quantized": "dequantize" if backend.is_cpu else "native",
+        # Not a choice: how the backend computes products given F32 inputs (runtime.PRODUCTS);
+        # ggml-vulkan's F16 path is turned off for a load in "f32" precision.
+        "products": backend.products,
     }
     for key, value in (overrides or {}).items():
         if key not in LOWERING_CHOICES or value not in LOWERING_CHOICES[key]:

@@ -12,6 +12,8 @@ import os
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import binding, kernels
 from .binding import lib
 from ..errors import BackendError
@@ -87,6 +89,8 @@ class Backend:
         # ggml op names (e.g. "COL2IM_1D") run on the CPU through ggml_backend_sched even
         # where this backend supports them: load(cpu_ops=...), for bisecting a backend's op.
         self.cpu_ops: frozenset[str] = frozenset()
+        # How the backend computes products the graph gives F32 inputs (see PRODUCTS)
+        self.products = "f32" if name == "cpu" else "unmeasured"
 
     @property
     def is_cpu(self) -> bool:
@@ -154,6 +158,37 @@ def set_cpu_ops(backend: Backend, ops) -> None:
     backend.cpu_ops = wanted
 
 
+# What ``Backend.products`` (and ``codec.plan["products"]``) can say:
+PRODUCTS = {
+    "f32": "products in F32",
+    "f16-inputs": ("ggml-vulkan's F16 path is on for this device: it rounds F32 inputs of products "
+                   "(non-contiguous ones, converted for the shader) to F16: 3e-4 to 7e-4 relative RMS "
+                   "error on a decode instead of 5e-7 (measured on Mesa's lavapipe)"),
+    "unmeasured": "this backend's product precision has not been measured by this library",
+}
+VK_DISABLE_F16 = "GGML_VK_DISABLE_F16"
+# Vulkan devices this process started, by ggml device name, and whether F16 products are on:
+# ggml-vulkan reads GGML_VK_DISABLE_F16 once per device, when the device first starts.
+_vulkan_f16: dict[str, bool] = {}
+
+
+def _start_vulkan(dev, name: str, f32_products: bool) -> tuple[int, str]:
+    """Start a Vulkan device; with ``f32_products`` and the device not yet started in this
+    process, with ggml-vulkan's F16 path off. Returns (handle, Backend.products)."""
+    first = name not in _vulkan_f16
+    set_here = first and f32_products and VK_DISABLE_F16 not in os.environ
+    if set_here:
+        os.environ[VK_DISABLE_F16] = "1"
+    try:
+        handle = lib.ggml_backend_dev_init(dev, None)
+    finally:
+        if set_here:
+            del os.environ[VK_DISABLE_F16]
+    if handle and first:
+        _vulkan_f16[name] = not (set_here or VK_DISABLE_F16 in os.environ)
+    return handle, "f16-inputs" if _vulkan_f16.get(name, True) else "f32"
+
+
 def default_threads() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -161,17 +196,29 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _init_device(backend: str, device: int) -> tuple[int | None, str | None]:
-    """Start device ``device`` of a GPU backend; (handle, None) or (None, reason)."""
+def _init_device(backend: str, device: int, f32_products: bool) -> tuple[Backend | None, str | None]:
+    """Start device ``device`` of a GPU backend; (Backend, None) or (None, reason)."""
     matches = [d for d in devices() if d.backend == _REGISTRY_NAMES[backend].lower()]
+    if not matches and backend in binding.compiled_backends():
+        hint = ("; ggml skips CPU-type devices such as llvmpipe unless GGML_VK_VISIBLE_DEVICES is set, and "
+                "an index there that does not exist disables Vulkan" if backend == "vulkan" else "")
+        visible = os.environ.get("GGML_VK_VISIBLE_DEVICES") if backend == "vulkan" else None
+        return None, (f"this ggml build has {backend}, but ggml found no usable {backend} device"
+                      f"{f' (GGML_VK_VISIBLE_DEVICES={visible})' if visible is not None else ''}{hint}")
     if not matches:
         return None, f"this ggml build has no {backend} backend (available: {', '.join(available_backends())})"
     if not 0 <= device < len(matches):
         return None, f"{backend} device {device} does not exist ({len(matches)} found)"
-    handle = lib.ggml_backend_dev_init(lib.ggml_backend_dev_get(matches[device].index), None)
+    dev = lib.ggml_backend_dev_get(matches[device].index)
+    if backend == "vulkan":
+        handle, products = _start_vulkan(dev, matches[device].name, f32_products)
+    else:
+        handle, products = lib.ggml_backend_dev_init(dev, None), "unmeasured"
     if not handle:
         return None, f"{backend} device {device} ({matches[device].description}) failed to start"
-    return handle, None
+    started = Backend(handle, backend, owned=True, requested=backend, fallback_reason=None)
+    started.products = products
+    return started, None
 
 
 def _by_device_name(name: str) -> tuple[str, int] | None:
@@ -183,12 +230,17 @@ def _by_device_name(name: str) -> tuple[str, int] | None:
     return None
 
 
-def start_backend(requested: str, device: int = 0, strict: bool = False) -> Backend:
+def start_backend(requested: str, device: int = 0, strict: bool = False, f32_products: bool = True) -> Backend:
     """Start the requested backend; fall back to CPU with a warning unless ``strict``.
 
     ``requested`` is a backend name (with ``device`` its index) or a registry device name
-    such as "CUDA1" or "Vulkan0" (see :func:`devices`).
+    such as "CUDA1" or "Vulkan0" (see :func:`devices`). ``f32_products`` asks for F32
+    matrix products where the backend has a switch for it (ggml-vulkan's F16 path, set
+    when a device first starts in the process); ``Backend.products`` says what it got.
     """
+    if isinstance(device, bool) or not isinstance(device, (int, np.integer)) or device < 0:
+        raise ValueError(f"device must be an int >= 0, got {device!r}")
+    device = int(device)
     requested = requested.lower()
     named = _by_device_name(requested) if requested not in BACKEND_NAMES else None
     if named is not None:
@@ -196,21 +248,13 @@ def start_backend(requested: str, device: int = 0, strict: bool = False) -> Back
     if requested not in BACKEND_NAMES:
         names = ", ".join(list(BACKEND_NAMES) + [d.name for d in devices() if d.backend != "cpu"])
         raise BackendError(f"unknown backend {requested!r}; choose one of {names}")
-    reason = None
-    if requested == "auto":
-        gpus = [n for n in available_backends() if n != "cpu"]
-        if gpus:
-            handle, reason = _init_device(gpus[0], device)
-            if handle:
-                return Backend(handle, gpus[0], owned=True, requested=requested, fallback_reason=None)
-        else:
-            return cpu_backend(requested, None)
-    elif requested != "cpu":
-        handle, reason = _init_device(requested, device)
-        if handle:
-            return Backend(handle, requested, owned=True, requested=requested, fallback_reason=None)
-    else:
+    if requested == "cpu" or (requested == "auto" and len(available_backends()) == 1):
         return cpu_backend(requested, None)
+    name = next(n for n in available_backends() if n != "cpu") if requested == "auto" else requested
+    started, reason = _init_device(name, device, f32_products)
+    if started is not None:
+        started.requested = requested
+        return started
     if strict:
         raise BackendError(f"backend {requested!r} unavailable: {reason}")
     warnings.warn(f"pyggml_codec: backend {requested!r} unavailable ({reason}); using CPU", RuntimeWarning, stacklevel=3)
