@@ -125,7 +125,8 @@ def build_info() -> dict:
     return info
 
 
-def _exact_word(e: dict) -> str:
+def exact_word(e: dict) -> str:
+    """"yes", "NO" or "unverified" for an :func:`s2cpp_exactness` report."""
     return {True: "yes", False: "NO", None: "unverified"}[e["exact"]]
 
 
@@ -143,7 +144,7 @@ def format_build_info(info: dict) -> str:
         f"ggml            {info['ggml']} (ggml-python {info['ggml_python']})",
         f"CPU features    {' '.join(info['cpu_features']) or 'none reported'}",
         f"llamafile       {'on' if info['llamafile'] else 'off'}",
-        f"s2cpp exact     {_exact_word(info['s2cpp_exact'])}: {info['s2cpp_exact']['reason']}",
+        f"s2cpp exact     {exact_word(info['s2cpp_exact'])}: {info['s2cpp_exact']['reason']}",
         f"OpenMP          {'on' if info['openmp'] else 'off'}",
         f"CPU kernels     {'compiled, in use on the CPU' if kern['compiled'] else 'unavailable: ' + str(kern['reason'])}",
         f"BLAS            {blas_line}",

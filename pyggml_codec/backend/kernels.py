@@ -22,6 +22,7 @@ the compiled module is missing or does not match, graphs use plain ggml ops and
 from __future__ import annotations
 
 import ctypes
+import importlib
 import logging
 
 import numpy as np
@@ -52,10 +53,8 @@ EXACT_OPS = ("snake", "im2col", "bias_snake", "add_bias_residual", "col2im")
 
 def _load(module: str, ops: tuple[str, ...]):
     try:
-        if module == "_kernels":
-            from ._kernels import ffi, lib as klib
-        else:
-            from ._kernels_exact import ffi, lib as klib
+        compiled = importlib.import_module(f".{module}", __package__)
+        ffi, klib = compiled.ffi, compiled.lib
     except ImportError as exc:
         return None, f"compiled kernels not built ({exc})"
     offsets = ffi.new("int64_t[5]")

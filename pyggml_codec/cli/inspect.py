@@ -17,7 +17,7 @@ from ..errors import ModelFileError
 from ..model.gguf_file import ModelFile
 from ..model.loader import codec_prefix
 from ..model.quantize import TYPE_KEY as QUANT_KEY
-from ..backend.buildinfo import build_info, format_build_info
+from ..backend.buildinfo import build_info, exact_word, format_build_info
 from ..backend.runtime import available_backends, devices
 from ..model.weights import PARTS, check_tensors, expected_tensors, ffn_width_reader
 
@@ -132,8 +132,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
           f"{'on' if build['llamafile'] else 'off'}, CPU kernels {'on' if build['kernels']['compiled'] else 'OFF'}, "
           f"BLAS {'on' if 'path' in build['blas'] else 'OFF'} (details: pyggml-codec doctor)")
     exact = build["s2cpp_exact"]
-    print(f"s2cpp precision vs s2.cpp: {({True: 'yes', False: 'NO', None: 'unverified'})[exact['exact']]}"
-          f" ({exact['reason']})")
+    print(f"s2cpp precision vs s2.cpp: {exact_word(exact)} ({exact['reason']})")
     print("backends: " + ", ".join(names))
     for d in devs:
         memory = f"{d['memory_free'] / 2**30:.1f} GiB free of {d['memory_total'] / 2**30:.1f} GiB"

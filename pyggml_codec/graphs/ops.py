@@ -155,8 +155,7 @@ def mul_mat(g: Builder, a: Tensor, b: Tensor) -> Tensor:
         if g.quantized == "dequantize":  # a transient F32 copy: F32 activations, the BLAS on the CPU
             a, kind = lib.ggml_cast(g.ctx, a, F32), f"{kind}-dequantized"
     blas = g.matmul == "blas" and kernels.mul_mat_blas_supported(a, b)
-    used = set(g.lowerings.get("matmul", "").split("+")) - {""}
-    g.lowerings["matmul"] = "+".join(sorted(used | {"blas" if blas else "ggml"}))
+    g.lowerings["matmul"] = "blas" if blas else "ggml"  # Choices keeps both when both ran
     if kind is not None:
         g.lowerings["quantized"] = kind
     return kernels.mul_mat_blas(g.ctx, a, b) if blas else lib.ggml_mul_mat(g.ctx, a, b)

@@ -23,6 +23,12 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
     return x / np.sqrt(np.maximum(np.sum(x * x, axis=-1, keepdims=True), np.float32(1e-12)))
 
 
+def _affine(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    """x [T, n] . w [m, n]^T (+ b [m]) as one BLAS product."""
+    y = x @ w.T
+    return y if b is None else y + b
+
+
 def sequential_affine(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     """x [T, n] . w [m, n]^T (+ b [m]) in float32 with the C++ engine's loop order: for each
     output, ``v = b; v += w[0] x[0]; v += w[1] x[1]; ...``, every product and sum rounded to
@@ -72,17 +78,10 @@ class VQStage:
 
     def quantize(self, residual: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(codes [T], projection [T, input_dim], margin [T]) for residual [T, input_dim]."""
-        if self.sequential:
-            unit = sequential_unit(sequential_affine(residual, self.in_w, self.in_b))
-            scores = sequential_affine(unit, self.codebook_unit, None)  # [T, size]
-        else:
-            latent = residual @ self.in_w.T + self.in_b
-            scores = l2_normalize(latent) @ self.codebook_unit.T  # [T, size]
+        affine, unit = (sequential_affine, sequential_unit) if self.sequential else (_affine, l2_normalize)
+        scores = affine(unit(affine(residual, self.in_w, self.in_b)), self.codebook_unit, None)  # [T, size]
         codes = np.argmax(scores, axis=1)  # first index wins ties
-        if self.sequential:
-            proj = sequential_affine(self.codebook[codes], self.out_w, self.out_b)
-        else:
-            proj = self.codebook[codes] @ self.out_w.T + self.out_b
+        proj = affine(self.codebook[codes], self.out_w, self.out_b)
         return codes.astype(np.int32), proj, _margins(scores, codes)
 
 
