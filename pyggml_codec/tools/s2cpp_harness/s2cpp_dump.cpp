@@ -124,6 +124,13 @@ struct StagedGraph {
         return t;
     }
 
+    // The graph's output: an F32 copy of x (as s2.cpp's ggml_cpy), kept as stage `name`.
+    ggml_tensor * output(const std::string & name, ggml_tensor * x) {
+        ggml_tensor * out = ggml_cpy(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, x->ne[0], x->ne[1]));
+        mark(name, out);
+        return out;
+    }
+
     // Allocate and compute as s2.cpp does (gallocr on the backend's buffer type, one compute),
     // then hand every stage to `take` as F32 values with its ggml ne.
     void run(AudioCodec::Impl & impl, ggml_tensor * out, int threads, const std::function<void()> & set_inputs,
@@ -180,6 +187,15 @@ ggml_tensor * req(AudioCodec::Impl & impl, const std::string & name) {
     return t;
 }
 
+// The RVQ transformer (post_module in decode, pre_module in encode) with s2.cpp's arguments.
+ggml_tensor * rvq_transformer(ggml_context * ctx, AudioCodec::Impl & impl, const char * name, ggml_tensor * x,
+                              s2::transformer_inputs & inp) {
+    return s2::build_transformer(ctx, impl.ctx_w, impl.tprefix + "quantizer." + name, x,
+        impl.rvq_transformer_block_size, impl.rvq_transformer_n_local_heads, impl.rvq_transformer_head_dim,
+        impl.rvq_transformer_rope_base, impl.rvq_transformer_norm_eps, impl.rvq_transformer_window_size,
+        s2::backend_requires_explicit_causal_mask(impl.backend), inp);
+}
+
 bool same_bits(const std::vector<float> & a, const std::vector<float> & b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -212,18 +228,14 @@ int run_decode(AudioCodec & codec, const Array & codes, Dump & dump, int threads
         std::vector<ggml_tensor *> ids(n_cb);
         for (auto & t : ids) t = ggml_new_tensor_1d(g.ctx, GGML_TYPE_I32, n_frames);
         ggml_tensor * x = g.mark("dec.vq_sum", s2::build_decode_codes_stage_backend(g.ctx, impl, ids));
-        x = g.mark("dec.post_module", s2::build_transformer(g.ctx, impl.ctx_w, impl.tprefix + "quantizer.post_module", x,
-            impl.rvq_transformer_block_size, impl.rvq_transformer_n_local_heads, impl.rvq_transformer_head_dim,
-            impl.rvq_transformer_rope_base, impl.rvq_transformer_norm_eps, impl.rvq_transformer_window_size,
-            s2::backend_requires_explicit_causal_mask(impl.backend), inp));
+        x = g.mark("dec.post_module", rvq_transformer(g.ctx, impl, "post_module", x, inp));
         const size_t n = impl.quantizer_downsample_factor.size();
         for (size_t i = 0; i < n; ++i) {
             x = s2::build_quantizer_stage_up(g.ctx, impl, impl.tprefix + "quantizer.upsample." + std::to_string(i), x,
                                              impl.quantizer_downsample_factor[n - 1 - i]);
             x = g.mark("dec.upsample" + std::to_string(i), x);
         }
-        ggml_tensor * out = ggml_cpy(g.ctx, x, ggml_new_tensor_2d(g.ctx, GGML_TYPE_F32, x->ne[0], x->ne[1]));
-        g.mark("dec.latent", out);
+        ggml_tensor * out = g.output("dec.latent", x);
         g.run(impl, out, threads, [&] {
             for (int32_t cb = 0; cb < n_cb; ++cb)
                 ggml_backend_tensor_set(ids[cb], clamped.data() + static_cast<size_t>(cb) * n_frames, 0, n_frames * sizeof(int32_t));
@@ -250,9 +262,7 @@ int run_decode(AudioCodec & codec, const Array & codes, Dump & dump, int threads
         x = s2::causal_conv_1d(g.ctx, req(impl, "decoder.model." + std::to_string(last + 1) + ".conv.weight"),
                                req(impl, "decoder.model." + std::to_string(last + 1) + ".conv.bias"), x, 1, 1);
         x = g.mark("dec.pre_tanh", x);
-        ggml_tensor * y = ggml_tanh(g.ctx, x);
-        ggml_tensor * out = ggml_cpy(g.ctx, y, ggml_new_tensor_2d(g.ctx, GGML_TYPE_F32, y->ne[0], y->ne[1]));
-        g.mark("audio", out);
+        ggml_tensor * out = g.output("audio", ggml_tanh(g.ctx, x));
         g.run(impl, out, threads, [&] {
             ggml_backend_tensor_set(latent_in, latent.data(), 0, latent.size() * sizeof(float));
         }, [&](const std::string & name, const std::vector<float> & v, ggml_tensor * t) {
@@ -302,8 +312,7 @@ int run_encode(AudioCodec & codec, const Array & audio_in, Dump & dump, int thre
         x = s2::snake_activation(g.ctx, x, req(impl, "encoder.block." + std::to_string(last) + ".alpha"));
         x = s2::causal_conv_1d(g.ctx, req(impl, "encoder.block." + std::to_string(last + 1) + ".conv.weight"),
                                req(impl, "encoder.block." + std::to_string(last + 1) + ".conv.bias"), x, 1, 1);
-        ggml_tensor * out = ggml_cpy(g.ctx, x, ggml_new_tensor_2d(g.ctx, GGML_TYPE_F32, x->ne[0], x->ne[1]));
-        g.mark("latent", out);
+        ggml_tensor * out = g.output("latent", x);
         g.run(impl, out, threads, [&] {
             ggml_backend_tensor_set(in, wave.data(), 0, wave.size() * sizeof(float));
             set_transformer_inputs(inp);
@@ -328,12 +337,7 @@ int run_encode(AudioCodec & codec, const Array & audio_in, Dump & dump, int thre
             x = s2::build_convnext_block(g.ctx, impl.ctx_w, p + ".1", x);
             x = g.mark("enc.downsample" + std::to_string(i), x);
         }
-        x = s2::build_transformer(g.ctx, impl.ctx_w, impl.tprefix + "quantizer.pre_module", x,
-            impl.rvq_transformer_block_size, impl.rvq_transformer_n_local_heads, impl.rvq_transformer_head_dim,
-            impl.rvq_transformer_rope_base, impl.rvq_transformer_norm_eps, impl.rvq_transformer_window_size,
-            s2::backend_requires_explicit_causal_mask(impl.backend), inp);
-        ggml_tensor * out = ggml_cpy(g.ctx, x, ggml_new_tensor_2d(g.ctx, GGML_TYPE_F32, x->ne[0], x->ne[1]));
-        g.mark("pre_module", out);
+        ggml_tensor * out = g.output("pre_module", rvq_transformer(g.ctx, impl, "pre_module", x, inp));
         g.run(impl, out, threads, [&] {
             ggml_backend_tensor_set(in, latent.data(), 0, latent.size() * sizeof(float));
             set_transformer_inputs(inp);
