@@ -51,7 +51,7 @@ TIME_MAJOR = ("dec.vq_sum", "dec.post_module", "pre_module", "enc.vq*.residual")
 
 __all__ = [
     "Dump", "DumpError", "dump_decode", "dump_encode", "load_dump", "save_dump", "is_dump",
-    "decode_stage_shapes", "encode_stage_shapes",
+    "decode_stage_shapes", "encode_stage_shapes", "decode_stages", "encode_stages",
 ]
 
 
@@ -226,20 +226,38 @@ def load_dump(path: str | os.PathLike) -> Dump:
 # --------------------------------------------------------------------------- dumping a run
 
 
-def dump_decode(codec, codes, path: str | os.PathLike, **decode_kwargs) -> np.ndarray:
-    """Decode ``codes`` with every stage kept; write them to ``path`` (.npz); return the audio.
-
-    ``decode_kwargs`` go to :meth:`Codec.decode` (``on_invalid_codes``, ``decode_path``).
-    """
+def decode_stages(codec, codes, **decode_kwargs) -> dict[str, np.ndarray]:
+    """Decode ``codes`` with every stage kept: the stages in the dump's layout, in stage order
+    (``codes`` and ``audio`` included). ``decode_kwargs`` go to :meth:`Codec.decode`."""
     arr = np.asarray(codes)
     arr = arr[0] if arr.ndim == 3 and arr.shape[0] == 1 else arr
     if arr.ndim != 2:
         raise DumpError(f"codes must be (n_codebooks, T), got shape {arr.shape}")
     audio, stages = codec.decode(codes, return_stages=True, **decode_kwargs)
     shapes = decode_stage_shapes(codec.config, arr.shape[1])
-    out = _arrange({**stages, "codes": arr.astype(np.int32), "audio": audio}, shapes)
+    return _arrange({**stages, "codes": arr.astype(np.int32), "audio": audio}, shapes)
+
+
+def encode_stages(codec, audio, **encode_kwargs) -> dict[str, np.ndarray]:
+    """Encode ``audio`` with every stage kept: the stages in the dump's layout (``audio`` is the
+    float32 mono signal encode saw, before padding). ``encode_kwargs`` go to :meth:`Codec.encode`."""
+    for key in ("return_stages", "return_margins"):
+        if key in encode_kwargs:
+            raise TypeError(f"dump_encode sets {key} itself")
+    x = check_audio(audio, codec.config, encode_kwargs.get("sample_rate"), encode_kwargs.get("mix"))
+    result = codec.encode(audio, return_stages=True, **encode_kwargs)
+    shapes = encode_stage_shapes(codec.config, x.shape[0], encode_kwargs.get("pad_to", "code_frame"))
+    return _arrange({**result.stages, "audio": x, "codes": result.codes}, shapes)
+
+
+def dump_decode(codec, codes, path: str | os.PathLike, **decode_kwargs) -> np.ndarray:
+    """Decode ``codes`` with every stage kept; write them to ``path`` (.npz); return the audio.
+
+    ``decode_kwargs`` go to :meth:`Codec.decode` (``on_invalid_codes``, ``decode_path``).
+    """
+    out = decode_stages(codec, codes, **decode_kwargs)
     save_dump(path, out, _meta(codec, "decode", out, {"decode_kwargs": decode_kwargs}))
-    return audio
+    return out["audio"]
 
 
 def dump_encode(codec, audio, path: str | os.PathLike, **encode_kwargs) -> np.ndarray:
@@ -248,14 +266,8 @@ def dump_encode(codec, audio, path: str | os.PathLike, **encode_kwargs) -> np.nd
     ``encode_kwargs`` go to :meth:`Codec.encode` (``sample_rate``, ``pad_to``, ``mix``);
     the dump's ``audio`` entry is the float32 mono signal encode saw, before padding.
     """
-    for key in ("return_stages", "return_margins"):
-        if key in encode_kwargs:
-            raise TypeError(f"dump_encode sets {key} itself")
-    x = check_audio(audio, codec.config, encode_kwargs.get("sample_rate"), encode_kwargs.get("mix"))
-    result = codec.encode(audio, return_stages=True, **encode_kwargs)
+    out = encode_stages(codec, audio, **encode_kwargs)
     pad_to = encode_kwargs.get("pad_to", "code_frame")
-    shapes = encode_stage_shapes(codec.config, x.shape[0], pad_to)
-    out = _arrange({**result.stages, "audio": x, "codes": result.codes}, shapes)
     save_dump(path, out, _meta(codec, "encode", out, {"encode_kwargs": {"pad_to": pad_to, **{
         k: v for k, v in encode_kwargs.items() if k != "pad_to"}}}))
-    return result.codes
+    return out["codes"]

@@ -252,12 +252,8 @@ def compare_golden(path: str | os.PathLike, ours: Mapping[str, np.ndarray]) -> R
 
 def our_stages(codec, kind: str, data: np.ndarray) -> dict[str, np.ndarray]:
     """This library's stages for ``data`` in the dump layout (encode as s2.cpp pads)."""
-    from ..io.dumps import dump_decode, dump_encode, load_dump
+    from ..io.dumps import decode_stages, encode_stages
 
-    with tempfile.TemporaryDirectory(prefix="pyggml_dump_") as tmp:
-        path = Path(tmp) / "ours.npz"
-        if kind == "decode":
-            dump_decode(codec, np.asarray(data, np.int32), path)
-        else:
-            dump_encode(codec, np.asarray(data, np.float32), path, sample_rate=codec.sample_rate, pad_to="frame_length")
-        return dict(load_dump(path).stages)
+    if kind == "decode":
+        return decode_stages(codec, np.asarray(data, np.int32))
+    return encode_stages(codec, np.asarray(data, np.float32), sample_rate=codec.sample_rate, pad_to="frame_length")
