@@ -18,7 +18,7 @@ import sys
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-C_SOURCES = ["elementwise.c", "blas.c", "winograd.c"]  # in csrc/, with the shared pg_kernels.h
+C_SOURCES = ["elementwise.c", "blas.c", "winograd.c", "rowdot.c"]  # in csrc/, with the shared pg_kernels.h
 
 
 def _exports() -> str:

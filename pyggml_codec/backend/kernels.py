@@ -45,6 +45,7 @@ SYMBOLS = {  # op -> (C function, ggml callback type)
     "conv_taps": ("pg_conv_taps", lib.ggml_custom_op_t),
     "conv_wino": ("pg_conv_wino", lib.ggml_custom_op_t),
     "col2im": ("pg_col2im", lib.ggml_custom_op_t),
+    "mul_mat_rowdot": ("pg_mul_mat_rowdot", lib.ggml_custom_op_t),
 }
 # The exact build (_kernels_exact: no -ffast-math, no contraction) of the elementwise kernels,
 # which the "s2cpp" precision runs: ggml's op chain's values, bit for bit.
@@ -72,6 +73,7 @@ def _load(module: str, ops: tuple[str, ...]):
         return None, f"compiled kernels are from another version (missing {', '.join(missing)}; reinstall)"
     table = {op: kind(address(sym)) for op, (sym, kind) in symbols.items()}
     table["f16c"] = bool(klib.pg_has_f16c())
+    table["rowdot"] = bool(getattr(klib, "pg_rowdot_vector", lambda: 0)())
     table["by_address"] = {address(sym): op for op, (sym, _) in symbols.items()}
     return table, None
 
@@ -224,6 +226,48 @@ def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None):
                               N_TASKS_MAX, params.ctypes.data_as(ctypes.c_void_p))
 
 
+# --------------------------------------------------------------------------- row products
+
+# Products by row dot products (csrc/rowdot.c): the weights read once in their stored type, no
+# packing; each output summed in one order whatever the column count. Against numpy's OpenBLAS
+# sgemm, single-threaded, side by side ([3072 x 1024], [1024 x 4096], [768 x 768] weights): 4-6x
+# faster at 4 columns, 2.1-2.4x at 16, equal at 32-64, 0.6-0.7x at 128; an F16 matrix read in
+# half the bytes (a 1-column product 0.30 ms against 0.55). So F32 products of up to
+# ROWDOT_MAX_N columns take it; F16 matrices always do (past that many columns they are upcast
+# block by block for the BLAS).
+ROWDOT_MAX_N = 48
+ROWDOT_PANEL_BYTES = 1 << 20  # the columns whose rows stay in L2 while the weights pass
+ROWDOT = bool(AVAILABLE and _OPS["rowdot"] and _OPS["f16c"] and BLAS is not None)
+
+
+def mul_mat_rowdot_supported(a, b) -> bool:
+    """F32 or F16 ``a`` and F32 ``b`` with contiguous rows, ggml's broadcast of ``a`` over ``b``'s
+    batches, and either an F16 ``a`` or at most ``ROWDOT_MAX_N`` columns."""
+    if not ROWDOT or int(b.contents.type) != 0 or int(a.contents.type) not in (0, 1):
+        return False
+    for t in (a, b):
+        size = 2 if int(t.contents.type) == 1 else 4
+        if int(t.contents.nb[0]) != size or int(t.contents.nb[1]) % size:
+            return False
+    if int(a.contents.type) == 0 and int(b.contents.ne[1]) > ROWDOT_MAX_N:
+        return False
+    return (int(b.contents.ne[2]) % int(a.contents.ne[2]) == 0
+            and int(b.contents.ne[3]) % int(a.contents.ne[3]) == 0)
+
+
+def mul_mat_rowdot(ctx, a, b, keep: list):
+    """``ggml_mul_mat(a, b)`` (F32 or F16 ``a``, F32 ``b``) by row dot products: ne
+    ``[a.ne1, b.ne1, b.ne2, b.ne3]``. ``keep`` outlives the graph (the parameter block)."""
+    k = int(a.contents.ne[0])
+    params = np.concatenate([np.array([max(4, ROWDOT_PANEL_BYTES // (4 * k)), ROWDOT_MAX_N], dtype=np.int64),
+                             BLAS.params])
+    keep.append(params)
+    args = (ctypes.POINTER(lib.ggml_tensor) * 2)(a, b)
+    ne = (int(a.contents.ne[1]), int(b.contents.ne[1]), int(b.contents.ne[2]), int(b.contents.ne[3]))
+    return lib.ggml_custom_4d(ctx, 0, *ne, args, 2, _OPS["mul_mat_rowdot"], N_TASKS_MAX,
+                              params.ctypes.data_as(ctypes.c_void_p))
+
+
 # --------------------------------------------------------------------------- Winograd
 
 WINO_CHUNK_BYTES = 8 << 20  # a thread block's working set (transformed input + products)
@@ -232,6 +276,10 @@ WINO_CHUNK_BYTES = 8 << 20  # a thread block's working set (transformed input + 
 # WINO_SPLIT_CHANNELS_BELOW split the output channels instead (each thread transforms the
 # whole input), in blocks of >= CONV_MIN_CHANNELS. Shape-only choices, as for conv_taps.
 WINO_MIN_TILES, WINO_MIN_BLOCKS, WINO_SPLIT_CHANNELS_BELOW = 128, 2, 1024
+# At most this many tiles per thread block (a streamed chunk: 8-9 in decoder block 1 at one
+# frame), the n products are row products (pg_rowdot): OpenBLAS packs every transformed matrix
+# for them (3.8 ms for one 768-channel conv of 32 samples, against 0.9 to read its weights).
+WINO_ROWDOT_MAX_TILES = 16
 WINO_BALANCE = 12  # block counts rounded up to a multiple of this (11 blocks left one of 2 threads 9 % idle)
 
 
@@ -256,7 +304,8 @@ def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = 
     block = -(-rows // n_blocks)
     keep.append(wino.tables)
     params = np.concatenate([BLAS.params, np.array([dilation, block, WINO_SPLIT_CHANNELS_BELOW, CONV_MIN_CHANNELS,
-                                                    wino.m, wino.n, wino.tables.ctypes.data], dtype=np.int64)])
+                                                    wino.m, wino.n, wino.tables.ctypes.data,
+                                                    WINO_ROWDOT_MAX_TILES if ROWDOT else 0], dtype=np.int64)])
     keep.append(params)
     srcs = [u, x] if prev is None else [u, x, prev]
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)

@@ -22,6 +22,7 @@ LOWERING_CHOICES = {
     "matmul": ("blas", "ggml"),
     "conv": ("winograd", "taps", "im2col"),
     "quantized": ("native", "dequantize"),
+    "matrices": ("stored", "f32"),
 }
 
 
@@ -46,7 +47,7 @@ def probe_ops(backend: Backend) -> dict[str, bool]:
 # What the "s2cpp" precision computes: the C++ engine's formulations, whose sums it must
 # reproduce bit for bit (ggml's mul_mat, not the BLAS; im2col convs; attention over full
 # masked rows, since a softmax sums its row in SIMD lanes and shorter rows round otherwise).
-S2CPP_LOWERINGS = {"matmul": "ggml", "conv": "im2col", "attention": "full"}
+S2CPP_LOWERINGS = {"matmul": "ggml", "conv": "im2col", "attention": "full", "matrices": "stored"}
 
 
 def choose_lowerings(backend: Backend, overrides: dict | None = None, precision: str = "f32") -> dict:
@@ -88,6 +89,11 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None, precision:
         # float rounding of one graph (an 8-bit activation rounding flips where chunking moves
         # it by an ulp: 1e-2 max abs on the demo model); GPUs keep their quantized kernels.
         "quantized": "dequantize" if backend.is_cpu else "native",
+        # How an F16 file's transformer, ConvNeXt and conv-transpose matrices are held in "f32"
+        # precision: as stored ("stored": F16, upcast to F32 exactly inside the CPU's row-product
+        # kernel, kernels.mul_mat_rowdot; half the bytes to read per product and to hold) or
+        # upcast at load ("f32": GPUs, whose F16 products round the activations to F16).
+        "matrices": "stored" if blas and kernels.ROWDOT else "f32",
         # Not a choice: how the backend computes products given F32 inputs (runtime.PRODUCTS);
         # ggml-vulkan's F16 path is turned off for a load in "f32" precision.
         "products": backend.products,
@@ -98,12 +104,18 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None, precision:
             raise ValueError(f"unknown lowering {key}={value!r}; choices: {choices}")
         if key == "kernels" and value and not backend.is_cpu:
             raise ValueError("custom kernels run on the CPU backend only")
+        if key == "matrices" and value == "stored" and precision == "f32" and not (blas and kernels.ROWDOT):
+            raise ValueError("matrices='stored' in f32 precision needs the CPU backend's row-product kernel")
         if key in ("matmul", "conv") and value in ("blas", "taps", "winograd"):
             if not backend.is_cpu:
                 raise ValueError(f"{key}={value!r} runs on the CPU backend only (through the BLAS)")
             if kernels.BLAS is None:
                 raise ValueError(f"BLAS matrix products unavailable: {kernels.BLAS_UNAVAILABLE_REASON}")
         plan[key] = value
+    if precision == "f32" and plan["matmul"] != "blas" and plan["matrices"] == "stored":
+        if (overrides or {}).get("matrices") == "stored":
+            raise ValueError("matrices='stored' in f32 precision needs matmul='blas' (the row-product kernel)")
+        plan["matrices"] = "f32"  # ggml's F16 product would round the activations to F16
     if not plan["kernels"]:  # the BLAS lowerings are compiled kernels too
         for key, plain in (("matmul", "ggml"), ("conv", "im2col")):
             if (overrides or {}).get(key, plain) != plain:

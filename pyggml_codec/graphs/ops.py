@@ -154,10 +154,13 @@ def mul_mat(g: Builder, a: Tensor, b: Tensor) -> Tensor:
         kind = binding.QUANT_TYPES[binding.tensor_type(a)]
         if g.quantized == "dequantize":  # a transient F32 copy: F32 activations, the BLAS on the CPU
             a, kind = lib.ggml_cast(g.ctx, a, F32), f"{kind}-dequantized"
-    blas = g.matmul == "blas" and kernels.mul_mat_blas_supported(a, b)
-    g.lowerings["matmul"] = "blas" if blas else "ggml"  # Choices keeps both when both ran
     if kind is not None:
         g.lowerings["quantized"] = kind
+    if g.matmul == "blas" and kernels.mul_mat_rowdot_supported(a, b):
+        g.lowerings["matmul"] = "rowdot"  # Choices keeps every choice that ran
+        return kernels.mul_mat_rowdot(g.ctx, a, b, g.keep)
+    blas = g.matmul == "blas" and kernels.mul_mat_blas_supported(a, b)
+    g.lowerings["matmul"] = "blas" if blas else "ggml"
     return kernels.mul_mat_blas(g.ctx, a, b) if blas else lib.ggml_mul_mat(g.ctx, a, b)
 
 

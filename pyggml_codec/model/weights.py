@@ -5,13 +5,18 @@ its role; loading checks presence, shape and type of each and refuses unexpected
 tensors. Roles decide how a tensor is held on the backend:
 
 * ``conv``   conv weights: F32 in "f32" mode, F16 in "s2cpp" mode (as ggml_conv_1d needs);
+* ``conv_mm`` the decoder's stem conv, whose product takes the weights as its first operand
+  (im2col columns, one GEMM): as ``conv``, or F16 from an F16 file where the plan's ``matrices``
+  is "stored" (the product then reads it through the row-product kernel);
 * ``conv_ru`` the residual units' dilated convs: as ``conv``, except where the plan runs them
   by BLAS GEMMs (``ru_layout``): per tap, F32 re-laid to ne [Cin, Cout, K], a matrix per tap;
   or Winograd F(4,7), the 10 transformed matrices ne [Cin, Cout, 10] (winograd.WINOGRAD);
-* ``linear`` transformer / ConvNeXt matrices: F32 in "f32" mode, as stored in "s2cpp"; the only
+* ``linear`` transformer / ConvNeXt matrices: as stored where the plan's ``matrices`` is "stored"
+  ("s2cpp", and "f32" on the CPU, whose row-product kernel upcasts F16 exactly), else F32; the only
   role a quantized type (Q8_0, Q6_K, Q5_K, Q4_K; ``pyggml-codec quantize``) may take, and then it is
   held as stored in both modes (ggml's quantized products);
-* ``convT``  conv-transpose weights, F32, re-laid to ne [Cin, K, Cout] for one GEMM;
+* ``convT``  conv-transpose weights, re-laid to ne [Cin, K, Cout] for one GEMM: F32, or F16 from an
+  F16 file in "f32" precision where the plan's ``matrices`` is "stored";
 * ``dwconv`` the ConvNeXt depthwise kernels: F32 in "f32" mode, F16 in "s2cpp" mode (the C++
   engine's ``ggml_conv_1d_dw`` takes F16 columns against them);
 * ``vq_out`` the VQ out_proj matrices: F32 in "f32" mode, as stored in "s2cpp" (the C++
@@ -143,7 +148,7 @@ def _quantizer(specs: list, cfg: CodecConfig, ffn) -> None:
 
 def _decoder(specs: list, cfg: CodecConfig) -> None:
     ch, n = cfg.decoder.channels, len(cfg.decoder.rates)
-    _conv(specs, "decoder.model.0.conv", ch[0], cfg.quantizer.input_dim, STEM_K, DEC)
+    _conv(specs, "decoder.model.0.conv", ch[0], cfg.quantizer.input_dim, STEM_K, DEC, role="conv_mm")
     for i, rate in enumerate(cfg.decoder.rates):
         p = f"decoder.model.{i + 1}"
         _vec(specs, f"{p}.block.0.alpha", (1, ch[i], 1), DEC)
@@ -227,16 +232,37 @@ def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, precision: str, 
         return np.asarray(info.data)
     data = np.asarray(info.data).reshape(spec.shape)
     if spec.role == "convT" and plan["conv_transpose"] == "col2im":  # (Cin, Cout, K) -> (Cout, K, Cin): ne [Cin, K, Cout]
-        return np.ascontiguousarray(data.astype(np.float32).transpose(1, 2, 0))
+        dtype = np.float16 if _stored_f16(spec, info.ggml_type, precision, plan) else np.float32
+        return np.ascontiguousarray(data.astype(dtype).transpose(1, 2, 0))
     layout = ru_layout(plan, precision) if spec.role == "conv_ru" else "conv"
     if layout != "conv":  # (Cout, Cin, K) -> (K, Cout, Cin) [-> (n, Cout, Cin)]
         taps = np.ascontiguousarray(data.astype(np.float32).transpose(2, 0, 1))
         return WINOGRAD.weights(taps) if layout == "winograd" else taps
-    if spec.role in ("conv", "conv_ru", "dwconv"):
-        return data.astype(np.float16 if precision == "s2cpp" else np.float32)
-    if spec.role in ("linear", "vq_out"):
+    if spec.role in ("conv", "conv_ru", "dwconv", "conv_mm"):
+        return data.astype(np.float16 if precision == "s2cpp" or _stored_f16(spec, info.ggml_type, precision, plan)
+                           else np.float32)
+    if spec.role == "vq_out":
         return data if precision == "s2cpp" else data.astype(np.float32)
+    if spec.role == "linear":
+        return data if plan.get("matrices") == "stored" else data.astype(np.float32)
     return data.astype(np.float32)
+
+
+def _stored_f16(spec: TensorSpec, file_type: int, precision: str, plan: dict) -> bool:
+    """Whether the F16 file tensor is held as F16 (see the roles above and plan "matrices")."""
+    if file_type != 1:
+        return False
+    if spec.role in ("conv", "conv_ru", "dwconv"):
+        return precision == "s2cpp"
+    if spec.role == "conv_mm":
+        return precision == "s2cpp" or plan.get("matrices") == "stored"
+    if spec.role == "vq_out":
+        return precision == "s2cpp"
+    if spec.role == "linear":
+        return plan.get("matrices") == "stored"
+    if spec.role == "convT":  # the C++ engine's conv-transposes are F32: only "f32" precision holds them F16
+        return precision == "f32" and plan.get("matrices") == "stored" and plan["conv_transpose"] == "col2im"
+    return False
 
 
 def backend_layout(spec: TensorSpec, file_type: int, precision: str, plan: dict) -> tuple[int, tuple[int, ...]]:
@@ -245,13 +271,13 @@ def backend_layout(spec: TensorSpec, file_type: int, precision: str, plan: dict)
         return file_type, spec.shape
     if spec.role == "convT" and plan["conv_transpose"] == "col2im":
         cin, cout, k = spec.shape
-        return 0, (cout, k, cin)
+        return (1 if _stored_f16(spec, file_type, precision, plan) else 0), (cout, k, cin)
     layout = ru_layout(plan, precision) if spec.role == "conv_ru" else "conv"
     if layout != "conv":
         cout, cin, k = spec.shape
         return 0, ((WINOGRAD.n if layout == "winograd" else k), cout, cin)
-    f16 = (spec.role in ("conv", "conv_ru", "dwconv") and precision == "s2cpp") or \
-        (spec.role in ("linear", "vq_out") and precision == "s2cpp" and file_type == 1)
+    f16 = (spec.role in ("conv", "conv_ru", "dwconv", "conv_mm") and precision == "s2cpp") or \
+        _stored_f16(spec, file_type, precision, plan)
     return (1 if f16 else 0), spec.shape
 
 

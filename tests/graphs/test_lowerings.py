@@ -109,11 +109,13 @@ def test_cpu_plan_and_bad_overrides(tiny_model):
         assert codec.plan == {"mask": "diag_mask_inf", "conv_transpose": "col2im", "left_pad": "pad_ext",
                               "kernels": True, "attention": "blocked", "matmul": "blas" if blas else "ggml",
                               "conv": "winograd" if blas else "im2col", "quantized": "dequantize",
-                              "products": "f32"}
+                              "matrices": "stored" if blas and kernels.ROWDOT else "f32", "products": "f32"}
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"kernels": False}) as codec:
         assert (codec.plan["matmul"], codec.plan["conv"]) == ("ggml", "im2col")
     with pytest.raises(ValueError, match="needs the compiled kernels"):
         pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"kernels": False, "conv": "taps"})
+    with pytest.raises(ValueError, match="matrices='stored' in f32 precision needs"):
+        pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"matmul": "ggml", "matrices": "stored"})
     with pytest.raises(ValueError, match="unknown lowering"):
         pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"mask": "sometimes"})
 

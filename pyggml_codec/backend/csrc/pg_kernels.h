@@ -80,6 +80,10 @@ static inline void pg_blocks(int64_t len, int64_t min_block, int64_t max_block, 
     *block = b;
 }
 
+/* Scratch buffers kept between calls (winograd.c): take a slot of at least n floats, give it back. */
+float * pg_scratch_take(size_t n, int * slot);
+void pg_scratch_give(float * data, int slot);
+
 /* The functions exported to Python: _kernels_build.py hands this block to cffi's cdef. */
 /* cffi exports: begin */
 void pg_snake(void * dst, void * x, void * alpha, int ith, int nth, void * userdata);
@@ -90,6 +94,10 @@ void pg_mul_mat_blas(void * dst, int ith, int nth, void * userdata);
 void pg_conv_taps(void * dst, int ith, int nth, void * userdata);
 void pg_conv_wino(void * dst, int ith, int nth, void * userdata);
 void pg_col2im(void * dst, int ith, int nth, void * userdata);
+void pg_mul_mat_rowdot(void * dst, int ith, int nth, void * userdata);
+int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int a_f16, const float * b, int64_t ldb,
+              float beta, float * c, int64_t csi, int64_t csj, int64_t panel);
+int pg_rowdot_vector(void);
 int pg_has_f16c(void);
 int pg_tensor_layout(int64_t * offsets);
 /* cffi exports: end */

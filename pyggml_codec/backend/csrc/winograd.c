@@ -6,9 +6,10 @@
  * inputs are xpad at j + d (m b - (K - 1) + r), r < n (the causal context: prev or zeros;
  * past the end: zeros, which only reach outputs past the end, dropped). Per tile:
  * v = BT . inputs, m_p = U_p . v_p for the n points p (U_p = G_p . W, made on the host:
- * winograd.Winograd.weights), y_i = sum_p A[i][p] m_p. userdata: int64 [10] = BLAS block (3),
+ * winograd.Winograd.weights), y_i = sum_p A[i][p] m_p. userdata: int64 [11] = BLAS block (3),
  * d, block (tile rows of m outputs per thread block), split_below, min_chans, m, n, the
- * address of the F32 tables BT (n x n) then A (m x n). src0 u: contiguous F32 ne
+ * address of the F32 tables BT (n x n) then A (m x n), the most tiles taken by row products
+ * (pg_rowdot; 0: never). src0 u: contiguous F32 ne
  * [Cin, Cout, n]; src1 x: F32 ne [L, Cin] with contiguous rows; src2 (optional) prev: F32
  * ne [(K - 1) d, Cin], likewise; dst: contiguous F32 ne [L, Cout]. Threads split blocks of
  * tile rows or, for short signals, the output channels; chosen by shape alone, as in
@@ -23,7 +24,7 @@ enum { PG_WINO_MAX_N = 16 };
 static pthread_mutex_t pg_scratch_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct { float * data; size_t n; int busy; } pg_scratch[PG_SCRATCH_SLOTS];
 
-static float * scratch_take(size_t n, int * slot) {
+float * pg_scratch_take(size_t n, int * slot) {
     int pick = -1;
     pthread_mutex_lock(&pg_scratch_lock);
     for (int i = 0; i < PG_SCRATCH_SLOTS; i++) {  /* a free slot large enough, else any free one */
@@ -43,7 +44,7 @@ static float * scratch_take(size_t n, int * slot) {
     return pg_scratch[pick].data;
 }
 
-static void scratch_give(float * data, int slot) {
+void pg_scratch_give(float * data, int slot) {
     if (slot < 0) { free(data); return; }
     pthread_mutex_lock(&pg_scratch_lock);
     pg_scratch[slot].busy = 0;
@@ -161,9 +162,25 @@ static void wino_input(const struct wino * w, int64_t b0, int64_t nb, float * re
 static void wino_rows(const int64_t * p, const struct wino * w, int64_t b0, int64_t nb, const float * v,
                       int64_t ldv, int64_t plane, float * restrict mbuf, int64_t mplane, int64_t o0, int64_t o1) {
     const int64_t m = w->m, n = w->n, d = w->d, nt = nb * d, rows = o1 - o0;
-    for (int64_t q = 0; q < n; q++)
-        pg_sgemm(p, 0, rows, nt, w->cin, w->u + (q * w->cout + o0) * w->cin, w->cin, v + q * plane, ldv, 0.0f,
-                 mbuf + q * mplane, ldv);
+    if (nt <= p[10] && pg_rowdot_vector()) {
+        /* A few tiles (a streamed chunk): row products against the tiles' transposed inputs,
+         * which read each weight once where the BLAS would pack every U_q (pg_rowdot). */
+        int slot;
+        float * vt = pg_scratch_take((size_t)(nt * w->cin), &slot);
+        if (!vt) return;  /* out of memory: the output is left unset */
+        for (int64_t q = 0; q < n; q++) {
+            const float * vq = v + q * plane;
+            for (int64_t ci = 0; ci < w->cin; ci++)
+                for (int64_t t = 0; t < nt; t++) vt[t * w->cin + ci] = vq[ci * ldv + t];
+            pg_rowdot(rows, nt, w->cin, w->u + (q * w->cout + o0) * w->cin, w->cin, 0, vt, w->cin, 0.0f,
+                      mbuf + q * mplane, ldv, 1, nt);
+        }
+        pg_scratch_give(vt, slot);
+    } else {
+        for (int64_t q = 0; q < n; q++)
+            pg_sgemm(p, 0, rows, nt, w->cin, w->u + (q * w->cout + o0) * w->cin, w->cin, v + q * plane, ldv, 0.0f,
+                     mbuf + q * mplane, ldv);
+    }
     for (int64_t r = 0; r < rows; r++) {
         float * yr = w->y + (o0 + r) * w->ldy;
         for (int64_t j = 0; j < d; j++) {
@@ -214,8 +231,8 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     const int64_t plane = w.cin * ldv + 32, mplane = rows * ldv + 32;
     const size_t floats = (size_t)(w.m * ng + w.n * plane + w.n * mplane);
     int slot;
-    float * buf = scratch_take(floats, &slot);
-    if (!buf) { scratch_give(buf, slot); return; }  /* out of memory: the output is left unset */
+    float * buf = pg_scratch_take(floats, &slot);
+    if (!buf) { pg_scratch_give(buf, slot); return; }  /* out of memory: the output is left unset */
     float * gbuf = buf, * v = gbuf + w.m * ng, * mbuf = v + w.n * plane;
     const int prev_threads = pg_blas_enter(p);
     if (by_time) {
@@ -232,5 +249,5 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
         }
     }
     pg_blas_leave(p, prev_threads);
-    scratch_give(buf, slot);
+    pg_scratch_give(buf, slot);
 }

@@ -1,0 +1,231 @@
+/* Products as row dot products: C[i][j] = sum_k A[i][k] B[j][k], A F32 or F16 (the weights,
+ * upcast to F32 exactly), B F32 (the activations), F32 sums; no packing.
+ *
+ * Why: OpenBLAS's sgemm packs the whole weight matrix for every call, which is most of the
+ * time of a product with a few columns (a streamed chunk's: 1 to 32), and ggml's own F16
+ * product rounds the activations to F16. Here the weights are read once, in their stored
+ * type (half the bytes of F32 for an F16 file), in blocks of PG_RD_R rows kept in L1 while
+ * the columns stream past in blocks of PG_RD_C.
+ *
+ * Every C[i][j] is summed in one order whatever the shape, the blocking, the column count and
+ * the thread count: lane l of a vector accumulates k = l, l + V, l + 2 V, ... with fused
+ * multiply-adds, the K tail is zero-padded to a whole vector, then the lanes are added by one
+ * fixed tree. So a product over 1 column gives the bits of the same column in a product over
+ * 32, and a stream decoded frame by frame gets the one-shot decode's values from it. */
+#include "pg_kernels.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__FMA__) && defined(__F16C__)
+#define PG_RD_V 16
+#define PG_RD_R 4
+#define PG_RD_C 4
+typedef __m512 pg_vf;
+#define VZERO() _mm512_setzero_ps()
+#define VLOAD(p) _mm512_loadu_ps(p)
+#define VLOADH(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+static inline float vsum(pg_vf v) {
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    const __m128 p = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)));
+}
+#define PG_RD_VECTOR 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define PG_RD_V 8
+#define PG_RD_R 3
+#define PG_RD_C 4
+typedef __m256 pg_vf;
+#define VZERO() _mm256_setzero_ps()
+#define VLOAD(p) _mm256_loadu_ps(p)
+#define VLOADH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+static inline float vsum(pg_vf v) {
+    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 p = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)));
+}
+#define PG_RD_VECTOR 1
+#else
+#define PG_RD_VECTOR 0
+#endif
+
+int pg_rowdot_vector(void) { return PG_RD_VECTOR; }
+
+/* n F16 values upcast to F32 (exact) */
+static void pg_f16_to_f32(const uint16_t * restrict h, float * restrict f, int64_t n) {
+    int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(f + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+#endif
+#if defined(__F16C__)
+    for (; i < n; i++) f[i] = _cvtsh_ss(h[i]);
+#else
+    (void) h; (void) f; (void) n;  /* not built: kernels.py refuses F16 weights without F16C */
+#endif
+}
+
+#if PG_RD_VECTOR
+/* Lane l of the vector at k of row a (F16 when h). */
+static inline __attribute__((always_inline)) pg_vf load_a(const void * a, int h, int64_t k) {
+    return h ? VLOADH((const uint16_t *)a + k) : VLOAD((const float *)a + k);
+}
+
+/* The r x c block of C at rows a[0..r), columns b[0..c): whole vectors of K (kv of them), then
+ * the zero-padded tails (ta: r rows of V values, tb: c columns). r, c constant where inlined. */
+static inline __attribute__((always_inline)) void rd_block(const int r, const int c, const void * const * a, int h,
+        const float * const * b, int64_t kv, const float * ta, const float * tb, int tail, float * out) {
+    pg_vf acc[PG_RD_R][PG_RD_C];
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < c; j++) acc[i][j] = VZERO();
+    for (int64_t k = 0; k < kv; k += PG_RD_V) {
+        pg_vf bv[PG_RD_C];
+        for (int j = 0; j < c; j++) bv[j] = VLOAD(b[j] + k);
+        for (int i = 0; i < r; i++) {
+            const pg_vf av = load_a(a[i], h, k);
+            for (int j = 0; j < c; j++) acc[i][j] = VFMA(av, bv[j], acc[i][j]);
+        }
+    }
+    if (tail) {
+        for (int i = 0; i < r; i++) {
+            const pg_vf av = VLOAD(ta + i * PG_RD_V);
+            for (int j = 0; j < c; j++) acc[i][j] = VFMA(av, VLOAD(tb + j * PG_RD_V), acc[i][j]);
+        }
+    }
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < c; j++) out[i * PG_RD_C + j] = vsum(acc[i][j]);
+}
+
+static void rd_dispatch(int r, int c, const void * const * a, int h, const float * const * b, int64_t kv,
+                        const float * ta, const float * tb, int tail, float * out) {
+#define PG_RD_CASE(R, C) if (r == R && c == C) { rd_block(R, C, a, h, b, kv, ta, tb, tail, out); return; }
+#if PG_RD_R == 4
+    PG_RD_CASE(4, 4) PG_RD_CASE(4, 3) PG_RD_CASE(4, 2) PG_RD_CASE(4, 1)
+#endif
+    PG_RD_CASE(3, 4) PG_RD_CASE(3, 3) PG_RD_CASE(3, 2) PG_RD_CASE(3, 1)
+    PG_RD_CASE(2, 4) PG_RD_CASE(2, 3) PG_RD_CASE(2, 2) PG_RD_CASE(2, 1)
+    PG_RD_CASE(1, 4) PG_RD_CASE(1, 3) PG_RD_CASE(1, 2) PG_RD_CASE(1, 1)
+#undef PG_RD_CASE
+}
+#endif
+
+/* C[i * csi + j * csj] = beta C + sum_k A[i][k] B[j][k] for i < m, j < n: A rows at a + i lda
+ * (F32, or F16 when a_f16), B rows at b + j ldb (F32). Columns are taken in panels of at most
+ * `panel` (their B rows stay in L2 while every row of A passes once per panel). Returns 0 where
+ * this build has no vector code (the callers then use the BLAS). */
+int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int a_f16, const float * b, int64_t ldb,
+              float beta, float * c, int64_t csi, int64_t csj, int64_t panel) {
+#if PG_RD_VECTOR
+    const int64_t kv = k / PG_RD_V * PG_RD_V;
+    const int tail = k > kv;
+    const size_t esz = a_f16 ? 2 : 4;
+    float ta[PG_RD_R * PG_RD_V], tb[PG_RD_C * PG_RD_V], out[PG_RD_R * PG_RD_C];
+    if (panel < PG_RD_C) panel = PG_RD_C;
+    /* F16 rows met by more than one block of columns are upcast once per row block into an
+     * L1-sized buffer (the same values: the upcast is exact), so that the converts are not
+     * repeated per block of columns: they take the FMA ports. */
+    int slot = -1;
+    float * up = NULL;
+    if (a_f16 && n > PG_RD_C) up = pg_scratch_take((size_t)(PG_RD_R * (kv + PG_RD_V)), &slot);
+    for (int64_t j0 = 0; j0 < n; j0 += panel) {
+        const int64_t j1 = j0 + panel < n ? j0 + panel : n;
+        for (int64_t i0 = 0; i0 < m; i0 += PG_RD_R) {
+            const int r = (int)(m - i0 < PG_RD_R ? m - i0 : PG_RD_R);
+            const void * ar[PG_RD_R];
+            int h = a_f16;
+            for (int i = 0; i < r; i++) {
+                ar[i] = (const char *)a + (size_t)(i0 + i) * lda * esz;
+                if (up) {
+                    pg_f16_to_f32((const uint16_t *)ar[i], up + i * (kv + PG_RD_V), kv);
+                    ar[i] = up + i * (kv + PG_RD_V);
+                    h = 0;
+                }
+                if (tail) {
+                    for (int64_t q = 0; q < PG_RD_V; q++) {
+                        float v = 0.0f;
+                        if (kv + q < k) {
+                            const char * row = (const char *)a + (size_t)(i0 + i) * lda * esz;
+                            if (a_f16) v = _cvtsh_ss(((const uint16_t *)row)[kv + q]);
+                            else v = ((const float *)row)[kv + q];
+                        }
+                        ta[i * PG_RD_V + q] = v;
+                    }
+                }
+            }
+            for (int64_t jb = j0; jb < j1; jb += PG_RD_C) {
+                const int cc = (int)(j1 - jb < PG_RD_C ? j1 - jb : PG_RD_C);
+                const float * br[PG_RD_C];
+                for (int j = 0; j < cc; j++) {
+                    br[j] = b + (jb + j) * ldb;
+                    if (tail)
+                        for (int64_t q = 0; q < PG_RD_V; q++) tb[j * PG_RD_V + q] = kv + q < k ? br[j][kv + q] : 0.0f;
+                }
+                rd_dispatch(r, cc, ar, h, br, kv, ta, tb, tail, out);
+                for (int i = 0; i < r; i++)
+                    for (int j = 0; j < cc; j++) {
+                        float * o = c + (i0 + i) * csi + (jb + j) * csj;
+                        *o = beta == 0.0f ? out[i * PG_RD_C + j] : beta * *o + out[i * PG_RD_C + j];
+                    }
+            }
+        }
+    }
+    if (up) pg_scratch_give(up, slot);
+    return 1;
+#else
+    (void) m; (void) n; (void) k; (void) a; (void) lda; (void) a_f16; (void) b; (void) ldb; (void) beta; (void) c;
+    (void) csi; (void) csj; (void) panel;
+    return 0;
+#endif
+}
+
+/* ggml_mul_mat(a, b) by pg_rowdot: src0 a F32 or F16 ne [K, M, A2, A3] with contiguous rows,
+ * src1 b F32 ne [K, N, B2, B3] (B2 % A2 == 0, B3 % A3 == 0) with contiguous rows; dst contiguous
+ * F32 ne [M, N, B2, B3]. userdata: int64 [5] = the column panel, the most columns taken by
+ * rows (max_n), then the BLAS block (pg_sgemm). Past max_n columns (a one-shot decode's longer
+ * products, where a packed GEMM is faster) an F16 a is upcast block by block into scratch and
+ * multiplied by the BLAS. Threads take whole blocks of rows of a (pg_blocks: by shape alone),
+ * so each thread reads only its share of the weights. */
+void pg_mul_mat_rowdot(void * dst_, int ith, int nth, void * userdata) {
+    const int64_t * p = userdata;
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * a = dst->src[0], * b = dst->src[1];
+    const int64_t k = a->ne[0], m = a->ne[1], n = b->ne[1];
+    const int f16 = a->type == 1;
+    const size_t esz = f16 ? 2 : 4;
+    const int64_t lda = (int64_t)(a->nb[1] / esz), ldb = (int64_t)(b->nb[1] / sizeof(float));
+    const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
+    const int by_rows = n <= p[1] && pg_rowdot_vector();
+    int64_t i0, i1, block;
+    pg_blocks(m, 16, m, ith, nth, &i0, &i1, &block);
+    if (i0 >= i1) return;
+    float * up = NULL;
+    int slot = -1, prev = 0;
+    if (!by_rows) {
+        if (f16 && !(up = pg_scratch_take((size_t)(block * k), &slot))) return;  /* out of memory: output unset */
+        prev = pg_blas_enter(p + 2);
+    }
+    for (int64_t i3 = 0; i3 < b->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < b->ne[2]; i2++) {
+            const char * ap = (const char *)a->data + (i2 / r2) * a->nb[2] + (i3 / r3) * a->nb[3];
+            const float * bp = (const float *)((const char *)b->data + i2 * b->nb[2] + i3 * b->nb[3]);
+            float * cp = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
+            if (by_rows) {
+                pg_rowdot(i1 - i0, n, k, ap + i0 * lda * esz, lda, f16, bp, ldb, 0.0f, cp + i0, 1, m, p[0]);
+                continue;
+            }
+            for (int64_t j0 = i0; j0 < i1; j0 += block) {
+                const int64_t j1 = j0 + block < i1 ? j0 + block : i1;
+                const float * w = (const float *)(ap + j0 * lda * esz);
+                int64_t ldw = lda;
+                if (f16) {
+                    for (int64_t r = j0; r < j1; r++)
+                        pg_f16_to_f32((const uint16_t *)(ap + r * lda * esz), up + (r - j0) * k, k);
+                    w = up, ldw = k;
+                }
+                pg_sgemm(p + 2, 1, n, j1 - j0, k, bp, ldb, w, ldw, 0.0f, cp + j0, m);
+            }
+        }
+    if (!by_rows) {
+        pg_blas_leave(p + 2, prev);
+        if (f16) pg_scratch_give(up, slot);
+    }
+}

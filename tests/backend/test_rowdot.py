@@ -1,0 +1,133 @@
+"""The row-product kernel (``kernels.mul_mat_rowdot``, csrc/rowdot.c) and F16 matrices held as
+stored in the "f32" precision.
+
+Metrics: max abs error over max abs value against float64 numpy, bound 2e-6 (as the BLAS
+kernels); the kernel's order-invariance claims are bit for bit (``np.array_equal``): a column
+computed alone or among others, by 1, 2 or 3 threads, from an F16 matrix or from its exact F32
+upcast. At codec level: an F16 file decoded with its matrices held as F16 against the same
+file upcast at load, max abs bound 1e-6 (the "f32" precision's chunking bound).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pyggml_codec
+from pyggml_codec.backend import binding, kernels, runtime
+from pyggml_codec.backend.graph import Graph
+from pyggml_codec.graphs import ops
+from parity import random_codes, report
+
+REL_MAX = 2e-6
+
+pytestmark = pytest.mark.skipif(not kernels.ROWDOT, reason="no row-product kernel in this build "
+                                "(needs the compiled kernels with AVX2+FMA+F16C or AVX-512, and a BLAS)")
+
+
+def _run(build, n_threads: int = 2) -> dict:
+    backend = runtime.start_backend("cpu")
+    backend.set_threads(n_threads)
+    graph = Graph(backend, 64 << 20)
+    try:
+        graph.build(build, ops.Builder(ctx=graph.ctx))
+        return graph.run()
+    finally:
+        graph.free()
+        backend.free()
+
+
+def _product(a: np.ndarray, b: np.ndarray, threads: int = 2, a_type: int = ops.F32) -> np.ndarray:
+    """mul_mat_rowdot of a [.., m, k] (held as a_type) and b [.., n, k]: numpy [.., n, m]."""
+    def build(g):
+        ta, tb = g.input("a", a, a_type), g.input("b", b)
+        assert kernels.mul_mat_rowdot_supported(ta, tb)
+        return {"y": kernels.mul_mat_rowdot(g.ctx, ta, tb, g.keep)}
+
+    shape = b.shape[:-2] + (b.shape[-2], a.shape[-2])
+    return _run(build, threads)["y"].reshape(shape)
+
+
+def _rel(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+@pytest.mark.parametrize("a_type", [ops.F32, ops.F16])
+@pytest.mark.parametrize("k,m,n,batch_a,batch_b,threads", [
+    (5, 3, 1, 1, 1, 2), (37, 19, 3, 1, 1, 2), (64, 33, 4, 1, 1, 3),  # K and row tails, one column
+    (1024, 70, 9, 1, 1, 2), (300, 40, 48, 2, 2, 1), (40, 24, 17, 1, 3, 2),  # batches; a broadcast
+    (129, 50, 200, 1, 1, 2),  # past ROWDOT_MAX_N: F16 upcast by blocks for the BLAS
+])
+def test_rowdot_matches_numpy(a_type, k, m, n, batch_a, batch_b, threads):
+    if a_type == ops.F32 and n > kernels.ROWDOT_MAX_N:
+        pytest.skip("F32 products past ROWDOT_MAX_N columns go to the BLAS kernel")
+    rng = np.random.default_rng(k + m + n)
+    a = rng.standard_normal((batch_a, m, k)).astype(np.float16 if a_type == ops.F16 else np.float32)
+    b = rng.standard_normal((batch_b, n, k)).astype(np.float32)
+    got = _product(a, b, threads, a_type)
+    a64 = np.broadcast_to(a.astype(np.float64), (batch_b, m, k))
+    want = np.einsum("bmk,bnk->bnm", a64, b.astype(np.float64))
+    rel = _rel(got.reshape(want.shape), want)
+    print(f"rowdot {'F16' if a_type == ops.F16 else 'F32'} k={k} m={m} n={n} batches {batch_a}/{batch_b}: "
+          f"rel max err {rel:.2e} (bound {REL_MAX:g})")
+    assert rel <= REL_MAX
+
+
+def test_rowdot_column_thread_and_type_invariant():
+    """Each output is summed in one order: a column alone gives the bits it gets among 33 others,
+    1, 2 and 3 threads agree, and an F16 matrix gives the bits of its F32 upcast."""
+    rng = np.random.default_rng(7)
+    a16 = rng.standard_normal((200, 1000)).astype(np.float16)
+    a32 = a16.astype(np.float32)  # exact
+    b = rng.standard_normal((34, 1000)).astype(np.float32)
+    full = _product(a16, b, 2, ops.F16)
+    for j in (0, 5, 33):
+        assert np.array_equal(_product(a16, b[j:j + 1], 2, ops.F16).reshape(-1), full[j]), f"column {j} alone"
+    for threads in (1, 3):
+        assert np.array_equal(_product(a16, b, threads, ops.F16), full), f"{threads} threads"
+    assert np.array_equal(_product(a32, b, 2, ops.F32), full), "F32 upcast"
+
+
+def test_rowdot_refuses_what_it_cannot_read():
+    from pyggml_codec.backend.graph import new_context
+
+    ctx = new_context(16 * ops.lib.ggml_tensor_overhead())
+    try:
+        f32, f16 = ops.new_tensor(ctx, ops.F32, (32, 32)), ops.new_tensor(ctx, ops.F16, (32, 32))
+        wide = ops.new_tensor(ctx, ops.F32, (32, kernels.ROWDOT_MAX_N + 1))
+        assert kernels.mul_mat_rowdot_supported(f16, f32) and kernels.mul_mat_rowdot_supported(f32, f32)
+        assert kernels.mul_mat_rowdot_supported(f16, wide)  # F16: upcast for the BLAS past the limit
+        assert not kernels.mul_mat_rowdot_supported(f32, wide)  # F32 that wide: the BLAS kernel
+        assert not kernels.mul_mat_rowdot_supported(f32, f16)
+        assert not kernels.mul_mat_rowdot_supported(ops.lib.ggml_transpose(ctx, f32), f32)
+        q8 = ops.new_tensor(ctx, binding.TYPE_Q8_0, (32, 32)) if hasattr(binding, "TYPE_Q8_0") else None
+        if q8 is not None:
+            assert not kernels.mul_mat_rowdot_supported(q8, f32)
+    finally:
+        ops.lib.ggml_free(ctx)
+
+
+def test_f16_matrices_held_as_stored_decode_like_upcast(tiny_model):
+    """The F16 file's transformer, ConvNeXt, conv-transpose and stem matrices stay F16 on the CPU
+    (half the bytes) and decode within 1e-6 of the same file upcast at load."""
+    codes = random_codes(pyggml_codec.load(tiny_model.f16_path, backend="cpu").config.quantizer.codebook_sizes,
+                         40, seed=5)
+    out = {}
+    for matrices in ("stored", "f32"):
+        with pyggml_codec.load(tiny_model.f16_path, backend="cpu", lowerings={"matrices": matrices}) as codec:
+            assert codec.plan["matrices"] == matrices
+            held = {name for name, t in codec._model.weights.items() if binding.tensor_type(t) == ops.F16}
+            out[matrices] = codec.decode(codes)
+            with codec.stream_decoder() as sd:
+                streamed = np.concatenate([sd.push(codes[:, i:i + 1]) for i in range(codes.shape[1])])
+            assert "rowdot" in codec.lowerings["matmul"]
+        if matrices == "stored":
+            assert any("post_module" in n and n.endswith("wqkv.weight") for n in held), sorted(held)[:5]
+            assert "decoder.model.0.conv.weight" in held and "decoder.model.1.block.1.conv.weight" in held
+            assert not any(".block.1.conv" in n and ".block.2." in n for n in held)  # residual convs stay F32
+        else:
+            assert not held, sorted(held)[:5]
+        _, m = report(f"matrices={matrices}: one frame at a time vs one-shot", streamed, out[matrices])
+        assert m <= 1e-6
+    _, m = report("F16 matrices as stored vs upcast at load", out["stored"], out["f32"])
+    assert m <= 1e-6
