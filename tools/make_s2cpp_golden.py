@@ -6,9 +6,12 @@ Builds the harness (pyggml_codec/tools/s2cpp_harness) against the s2.cpp tree, r
 committed tiny model (tests/golden/s2cpp/tiny_f16_s0.gguf, made by the test fixtures:
 oracle.TINY, seed 0, F16) at 1 and 2 threads, checks that both agree, and writes
 tests/golden/s2cpp/<isa>/{decode,encode}.npz, the ISA key being that of the harness's ggml build
-(avx512 or avx2). For the AVX2 set on an AVX-512 machine:
+(avx512fp16, avx512 or avx2; buildinfo.isa_key). For the AVX2 set on an AVX-512 machine:
     --cmake-arg=-DGGML_NATIVE=OFF --cmake-arg=-DGGML_AVX=ON --cmake-arg=-DGGML_AVX2=ON
     --cmake-arg=-DGGML_FMA=ON --cmake-arg=-DGGML_F16C=ON --cmake-arg=-DGGML_BMI2=ON
+For the avx512 set on a machine with AVX512-FP16 (its native build is avx512fp16; an explicit
+-mno- outranks -march=native in GCC and Clang):
+    --cmake-arg=-DCMAKE_C_FLAGS=-mno-avx512fp16 --cmake-arg=-DCMAKE_CXX_FLAGS=-mno-avx512fp16
 """
 
 from __future__ import annotations

@@ -119,6 +119,29 @@ def cpu_features() -> dict[str, str]:
     return out
 
 
+F16_DOT_PROBE_N = 128  # one step of ggml's AVX512-FP16 F16 loop (4 x 32 half lanes)
+
+
+def f16_dot_sums_in_half() -> bool:
+    """Whether ggml's F16 dot product (the CPU ``vec_dot`` of F16, which F16 matrix products
+    run) adds in half precision, as a ggml built for AVX512-FP16 does (``__AVX512FP16__``:
+    32 half lanes), rather than in single precision (16 or 8 float lanes). ggml's feature
+    report does not say; measured instead: [2048, 1, 0, ...] . [1, 1, ...] over 128 elements
+    is 2048 in half precision (2049 rounds to even) and 2049 in single."""
+    lib.ggml_cpu_init()  # the leftover loop reads ggml's F16 table, filled here
+    x = np.zeros(F16_DOT_PROBE_N, np.float16)
+    x[:2] = (2048, 1)
+    y = np.ones(F16_DOT_PROBE_N, np.float16)
+    address = ctypes.cast(lib.ggml_get_type_traits_cpu(TYPE_F16).contents.vec_dot, ctypes.c_void_p).value
+    vec_dot = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t, ctypes.c_void_p,
+                               ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)(address)
+    out = ctypes.c_float(0.0)
+    vec_dot(F16_DOT_PROBE_N, ctypes.byref(out), 0, x.ctypes.data, 0, y.ctypes.data, 0, 1)
+    if out.value not in (2048.0, 2049.0):  # pragma: no cover - neither order: a new kernel
+        raise RuntimeError(f"ggml's F16 dot product gave {out.value} on its probe (2048 or 2049 expected)")
+    return out.value == 2048.0
+
+
 def compiled_backends() -> set[str]:
     """GPU backends compiled into this ggml build, whether or not a device of theirs is usable."""
     inits = {"cuda": "ggml_backend_cuda_init", "metal": "ggml_backend_metal_init", "vulkan": "ggml_backend_vk_init"}

@@ -23,15 +23,25 @@ REBUILD = ('CMAKE_ARGS="-DGGML_LLAMAFILE=OFF" pip install --no-cache-dir --force
 
 def isa_key(features: dict) -> str | None:
     """The summation order of ggml's F16 dot product in a build with these CPU features
-    (``ggml_cpu_has_*`` or ``ggml_backend_get_features`` names): "avx512" (16 lanes) or "avx2"
-    (8 lanes, with FMA and F16C); None for other builds. Bit-exactness with s2.cpp holds
-    between builds of one key; the golden s2.cpp dumps are kept per key."""
+    (``ggml_cpu_has_*`` or ``ggml_backend_get_features`` names, plus ``f16_dot_half`` from
+    :func:`binding.f16_dot_sums_in_half`, which ggml does not report): "avx512fp16" (a build
+    for AVX512-FP16: 32 half-precision lanes, steps of 128), "avx512" (16 float lanes) or
+    "avx2" (8 float lanes, with FMA and F16C); None for other builds. Bit-exactness with
+    s2.cpp holds between builds of one key; the golden s2.cpp dumps are kept per key. A
+    GGML_NATIVE build on a CPU with AVX512-FP16 (Sapphire Rapids and later) is "avx512fp16",
+    on one without (e.g. Skylake-X to Ice Lake, AMD Zen 4) "avx512": the features ggml reports are the
+    same, the sums are not."""
     f = {str(k).lower(): v not in ("", "0", 0, False, None) for k, v in features.items()}
     if f.get("avx512"):
-        return "avx512"
+        return "avx512fp16" if f.get("f16_dot_half") else "avx512"
     if f.get("avx2") and f.get("fma") and f.get("f16c"):
         return "avx2"
     return None
+
+
+def build_isa_key() -> str | None:
+    """:func:`isa_key` of this ggml build (its reported features and its measured F16 sums)."""
+    return isa_key({**binding.cpu_features(), "f16_dot_half": binding.f16_dot_sums_in_half()})
 
 
 def s2cpp_exactness() -> dict:
@@ -40,8 +50,7 @@ def s2cpp_exactness() -> dict:
 
     LLAMAFILE routes F16 products through tinyBLAS, which sums in another order than the
     ``ggml_vec_dot_f16`` of s2.cpp's default build (LLAMAFILE off): measured 5e-4 rel RMS."""
-    features = binding.cpu_features()
-    isa = isa_key(features)
+    isa = build_isa_key()
     if binding.has_llamafile():
         return {"exact": False, "isa": isa, "reason": (
             "this ggml build has LLAMAFILE on: its F16 products (tinyBLAS) sum in another order than "

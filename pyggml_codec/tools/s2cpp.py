@@ -8,7 +8,9 @@ its stages as a dump (``io/dumps.py`` layout); :func:`compare_with_s2cpp` runs b
 the same input and returns the :class:`~.compare.Report` (first differing stage first).
 
 The ISA key (:func:`isa_key`) names the summation order of ggml's F16 dot product, which is what
-bit-exactness depends on: "avx512" (16 lanes) or "avx2" (8 lanes, with FMA and F16C).
+bit-exactness depends on: "avx512fp16" (32 half-precision lanes: a ggml built for AVX512-FP16),
+"avx512" (16 float lanes) or "avx2" (8 float lanes, with FMA and F16C). The harness's ``info``
+measures the half-precision sums (``f16_dot_half``) as the binding does; ggml does not report them.
 """
 
 from __future__ import annotations
@@ -120,7 +122,8 @@ def _run(exe: Path, args: list[str], timeout: float) -> str:
 
 
 def harness_info(exe: str | os.PathLike) -> dict[str, Any]:
-    """What the harness's ggml was built with: avx, avx2, avx512, f16c, fma, llamafile, ggml_commit."""
+    """What the harness's ggml was built with: avx, avx2, avx512, f16c, fma, llamafile, ggml_commit,
+    and f16_dot_half (measured: its F16 dot product adds in half precision)."""
     return json.loads(_run(Path(exe), ["info"], 60))
 
 

@@ -3,8 +3,9 @@
 * Golden dumps (tests/golden/s2cpp/<isa>/, written by tools/make_s2cpp_golden.py from s2.cpp
   2c33261 through this package's harness) on the committed tiny model: every stage of decode and
   encode must equal s2.cpp's, max abs difference 0, at 1 and 2 threads. The set is chosen by
-  the ISA of this ggml build (the summation order of ggml's F16 dot product); a build with no
-  set, or with LLAMAFILE on, skips with the reason.
+  the ISA key of this ggml build (the summation order of ggml's F16 dot product: avx2, avx512,
+  or avx512fp16, measured since ggml reports the same features for the last two); a build with
+  no set, or with LLAMAFILE on, skips with the reason.
 * With PYGGML_S2CPP_DIR set to an s2.cpp source tree: the harness is built against it and the
   same comparison runs live at more lengths (12 and 158 frames: one and many attention windows).
 * Bad input to the comparison: a clear S2cppError, never a hang or a silent pass.
@@ -33,8 +34,14 @@ def golden_set() -> Path:
         pytest.skip(exactness["reason"])
     isa = exactness["isa"]
     if isa is None or not (GOLDEN / isa).is_dir():
-        pytest.skip(f"no golden s2.cpp set for this ggml build's ISA ({isa}; features {binding.cpu_features()})")
+        pytest.skip(f"no golden s2.cpp set for this ggml build's ISA key ({isa}; sets: {', '.join(golden_keys())}; "
+                    f"features {binding.cpu_features()}, F16 sums in half precision: "
+                    f"{binding.f16_dot_sums_in_half()}): make one with tools/make_s2cpp_golden.py")
     return GOLDEN / isa
+
+
+def golden_keys() -> list[str]:
+    return sorted(p.name for p in GOLDEN.iterdir() if p.is_dir())
 
 
 def golden_input(path: Path, name: str) -> np.ndarray:
@@ -70,12 +77,31 @@ def test_golden_comparison_can_fail():
 
 
 def test_golden_sets_differ_by_isa():
-    """The sets are keyed by ISA because they differ: AVX2's F16 sums round otherwise than AVX-512's."""
-    a, ma = s2cpp.load_golden(GOLDEN / "avx512" / "decode.npz")
-    b, mb = s2cpp.load_golden(GOLDEN / "avx2" / "decode.npz")
-    assert np.array_equal(a["codes"], b["codes"])
-    assert not np.array_equal(a["audio"], b["audio"])
-    assert ma["isa"] == "avx512" and mb["isa"] == "avx2"
+    """The sets are keyed by ISA because they differ: AVX2's F16 sums round otherwise than AVX-512's,
+    and an AVX512-FP16 build's (half precision; the tiny model's 64-element rows fall wholly in its
+    scalar leftover loop) otherwise again. Each set's recorded build features give its own key."""
+    keys = golden_keys()
+    assert {"avx2", "avx512", "avx512fp16"} <= set(keys)
+    sets = {key: s2cpp.load_golden(GOLDEN / key / "decode.npz") for key in keys}
+    for key, (whole, meta) in sets.items():
+        assert meta["isa"] == key and s2cpp.isa_key(meta["ggml"]) == key, (key, meta["ggml"])
+        assert np.array_equal(whole["codes"], sets["avx512"][0]["codes"])
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            assert not np.array_equal(sets[a][0]["audio"], sets[b][0]["audio"]), (a, b)
+
+
+def test_isa_key():
+    """The key follows ggml's features and the measured half-precision F16 sums."""
+    avx2 = {"AVX": "1", "AVX2": "1", "FMA": "1", "F16C": "1"}
+    assert s2cpp.isa_key(avx2) == "avx2"
+    assert s2cpp.isa_key({**avx2, "AVX512": "1"}) == "avx512"
+    assert s2cpp.isa_key({**avx2, "AVX512": "1", "f16_dot_half": True}) == "avx512fp16"
+    assert s2cpp.isa_key({"avx": 1, "avx2": 1, "avx512": 1, "f16_dot_half": 0}) == "avx512"  # the harness's info
+    assert s2cpp.isa_key({"AVX": "1", "AVX2": "1"}) is None
+    assert buildinfo.build_isa_key() == buildinfo.s2cpp_exactness()["isa"]
+    if binding.f16_dot_sums_in_half():  # only a build for AVX512-FP16 sums in half precision
+        assert buildinfo.build_isa_key() == "avx512fp16"
 
 
 # --------------------------------------------------------------------------- against a live s2.cpp

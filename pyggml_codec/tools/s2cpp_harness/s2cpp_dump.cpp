@@ -16,6 +16,8 @@
 // self-check failed.
 #include S2CPP_CODEC_SOURCE
 
+#include "ggml-cpu.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -92,11 +94,28 @@ void write_npy(const std::string & path, const void * data, const char * descr, 
     if (!f) fail(2, "cannot write " + path);
 }
 
+// Whether ggml's F16 dot product adds in half precision (a ggml-cpu built for AVX512-FP16: 32
+// half lanes) rather than in single precision; ggml reports no such feature, so it is measured,
+// with the probe of pyggml_codec's binding.f16_dot_sums_in_half: [2048, 1, 0, ...] . [1, ...]
+// over 128 elements is 2048 in half precision (2049 rounds to even), 2049 in single.
+int f16_dot_half() {
+    ggml_cpu_init();  // the leftover loop reads ggml's F16 table, filled here
+    const int n = 128;
+    std::vector<ggml_fp16_t> x(n, ggml_fp32_to_fp16(0.0f)), y(n, ggml_fp32_to_fp16(1.0f));
+    x[0] = ggml_fp32_to_fp16(2048.0f);
+    x[1] = ggml_fp32_to_fp16(1.0f);
+    float s = 0.0f;
+    ggml_get_type_traits_cpu(GGML_TYPE_F16)->vec_dot(n, &s, 0, x.data(), 0, y.data(), 0, 1);
+    if (s != 2048.0f && s != 2049.0f) fail(3, "ggml's F16 dot product gave " + std::to_string(s) + " on its probe");
+    return s == 2048.0f;
+}
+
 std::string features_json() {
     std::ostringstream o;
     o << "{\"avx\": " << ggml_cpu_has_avx() << ", \"avx2\": " << ggml_cpu_has_avx2()
       << ", \"avx512\": " << ggml_cpu_has_avx512() << ", \"f16c\": " << ggml_cpu_has_f16c()
       << ", \"fma\": " << ggml_cpu_has_fma() << ", \"llamafile\": " << ggml_cpu_has_llamafile()
+      << ", \"f16_dot_half\": " << f16_dot_half()
       << ", \"ggml_commit\": \"" << ggml_commit() << "\"}";
     return o.str();
 }
