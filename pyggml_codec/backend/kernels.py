@@ -283,15 +283,23 @@ WINO_ROWDOT_MAX_TILES = 16
 WINO_BALANCE = 12  # block counts rounded up to a multiple of this (11 blocks left one of 2 threads 9 % idle)
 
 
-def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = WINOGRAD):
+def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = WINOGRAD, segments: int = 1):
     """The causal dilated conv of ``conv_taps`` by Winograd F(m, K): ``u`` the transformed
     weights (contiguous F32 ne ``[Cin, Cout, n]``, ``Winograd.weights``), CF ``x`` (F32 ne
     ``[L, Cin]``, contiguous rows), ``prev`` (F32 ne ``[(K-1) * dilation, Cin]``) the carried
-    context read in place; CF ``[L, Cout]``. n GEMMs per m outputs instead of m K."""
+    context read in place; CF ``[L, Cout]``. n GEMMs per m outputs instead of m K.
+
+    ``segments`` S > 1: a batched step, S streams of L / S samples each packed in turn along
+    time, each convolved after its own carried context, ``prev`` ne ``[(K-1) * dilation, S, Cin]``;
+    every stream's tiles go through one product (the weights read once for all of them), and
+    each stream's outputs are the ones it gets alone."""
     cin, cout = int(u.contents.ne[0]), int(u.contents.ne[1])
     if int(u.contents.ne[2]) != wino.n:
         raise ValueError(f"Winograd F({wino.m},{wino.k}) weights need {wino.n} planes, got {int(u.contents.ne[2])}")
-    length = int(x.contents.ne[0])
+    if int(x.contents.ne[0]) % segments or (prev is not None and segments > 1
+                                             and int(prev.contents.ne[1]) != segments):
+        raise ValueError(f"{segments} segments of a conv over {int(x.contents.ne[0])} samples")
+    length = int(x.contents.ne[0]) // segments
     rows = -(-length // (wino.m * dilation))
     max_tiles = max(WINO_MIN_TILES, WINO_CHUNK_BYTES // (4 * wino.n * (cin + cout)))
     max_rows = max(1, max_tiles // dilation)
@@ -305,9 +313,10 @@ def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = 
     keep.append(wino.tables)
     params = np.concatenate([BLAS.params, np.array([dilation, block, WINO_SPLIT_CHANNELS_BELOW, CONV_MIN_CHANNELS,
                                                     wino.m, wino.n, wino.tables.ctypes.data,
-                                                    WINO_ROWDOT_MAX_TILES if ROWDOT else 0], dtype=np.int64)])
+                                                    WINO_ROWDOT_MAX_TILES if ROWDOT else 0, segments],
+                                                   dtype=np.int64)])
     keep.append(params)
     srcs = [u, x] if prev is None else [u, x, prev]
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
-    return lib.ggml_custom_4d(ctx, 0, length, cout, 1, 1, args, len(srcs), _OPS["conv_wino"], N_TASKS_MAX,
-                              params.ctypes.data_as(ctypes.c_void_p))
+    return lib.ggml_custom_4d(ctx, 0, length * segments, cout, 1, 1, args, len(srcs), _OPS["conv_wino"],
+                              N_TASKS_MAX, params.ctypes.data_as(ctypes.c_void_p))

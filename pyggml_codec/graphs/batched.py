@@ -23,6 +23,24 @@ def context(g: Builder, x_cf: Tensor, left: int) -> Tensor:
     return xc
 
 
+def contexts_in_place(g: Builder, x_cf: Tensor, left: int) -> Tensor:
+    """Batched streams: the carried ``left`` samples of each stream, ``[left, B, C]``, for a kernel
+    that reads them in place (the signal is not copied); emits each stream's last ``left`` samples
+    of context-then-signal as its next context (its own last ``left`` when ``n >= left``)."""
+    b, (length, c) = g.stream.batch, shape(x_cf)[:2]
+    n = length // b
+    x3 = lib.ggml_reshape_3d(g.ctx, x_cf, n, b, c)
+    name, prev = carry_input(g, (left, b, c), stream_dim=1)
+    nb = x3.contents.nb
+    if n >= left:
+        emit_carry(g, name, lib.ggml_view_3d(g.ctx, x3, left, b, c, nb[1], nb[2], (n - left) * nb[0]))
+    else:  # the older context's last left - n samples, then the whole chunk
+        pb = prev.contents.nb
+        kept = lib.ggml_view_3d(g.ctx, prev, left - n, b, c, pb[1], pb[2], n * pb[0])
+        emit_carry(g, name, lib.ggml_concat(g.ctx, kept, x3, 0))
+    return prev
+
+
 def time_slices(g: Builder, y_cf: Tensor, seg: int, skip: int, n: int) -> Tensor:
     """Of CF ``y_cf`` ``[seg * B, C]`` (B streams' segments of ``seg`` samples in turn), the ``n``
     samples after the first ``skip`` of each segment, packed: ``[n * B, C]``."""

@@ -179,6 +179,11 @@ def residual_conv(g: Builder, x_cf: Tensor, w: Tensor, dilation: int) -> Tensor:
     g.lowerings["conv"] = g.conv
     if g.conv == "winograd":
         k = WINOGRAD.k
+        left = (k - 1) * dilation
+        if batched(g):  # each stream's context read in place
+            x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
+            prev = packed.contexts_in_place(g, x_cf, left)
+            return kernels.conv_wino(g.ctx, w, x_cf, dilation, g.keep, prev, segments=g.stream.batch)
 
         def conv(x, prev):
             return kernels.conv_wino(g.ctx, w, x, dilation, g.keep, prev)

@@ -186,6 +186,44 @@ def test_conv_wino_matches_numpy(m, cin, cout, length, d, with_prev, threads, mo
     assert rel <= WINO_REL_MAX[m]
 
 
+@pytest.mark.parametrize("segments,length,d,max_tiles,threads", [
+    (3, 40, 1, 16, 2), (4, 60, 9, 16, 3), (8, 32, 3, 0, 2),  # split channels: one product over every stream's tiles
+    (8, 32, 9, 10_000, 1), (2, 1500, 3, 16, 2),  # ... by rows; long segments split time, each a conv of its own
+])
+def test_conv_wino_segments_are_separate_streams(segments, length, d, max_tiles, threads, monkeypatch):
+    """A batched step's conv (S streams in turn along time, each after its own carried context)
+    against each stream alone: within 2e-6 of float64 numpy, and bit for bit where both take the
+    same product (row products for every tile count, ``max_tiles`` large)."""
+    monkeypatch.setattr(kernels, "WINO_ROWDOT_MAX_TILES", max_tiles)
+    wino = winograd.VARIANTS[4]
+    cin, cout = 24, 40
+    rng = np.random.default_rng(segments * length + d)
+    w = rng.standard_normal((cout, cin, 7)).astype(np.float32)
+    xs = rng.standard_normal((segments, cin, length)).astype(np.float32)
+    prevs = rng.standard_normal((segments, cin, 6 * d)).astype(np.float32)
+    u = wino.weights(np.ascontiguousarray(w.transpose(2, 0, 1)))
+
+    def build(g):
+        ut = g.input("u", u)
+        packed = g.input("x", np.concatenate(list(xs), axis=1))  # CF [S * L, Cin]
+        pt = g.input("prev", np.ascontiguousarray(prevs.transpose(1, 0, 2)))  # ne [P, S, Cin]
+        out = {"y": kernels.conv_wino(g.ctx, ut, packed, d, g.keep, pt, wino, segments=segments)}
+        for s in range(segments):
+            out[f"y{s}"] = kernels.conv_wino(g.ctx, ut, g.input(f"x{s}", xs[s]), d, g.keep,
+                                             g.input(f"p{s}", prevs[s]), wino)
+        return out
+
+    out = _run(build, threads)
+    got = out["y"].reshape(cout, segments, length)
+    for s in range(segments):
+        want = _conv_ref(xs[s], w, d, prevs[s])
+        rel = _rel(got[:, s], want)
+        print(f"segment {s}/{segments} L={length} d={d}: rel max err {rel:.2e}")
+        assert rel <= WINO_REL_MAX[4]
+        if max_tiles >= segments * length:  # row products on both sides: the same sums
+            assert np.array_equal(got[:, s], out[f"y{s}"]), f"segment {s} differs from the stream alone"
+
+
 def test_conv_wino_refuses_other_weights():
     ctx = new_context(16 * ops.lib.ggml_tensor_overhead())
     try:

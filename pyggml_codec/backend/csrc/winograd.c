@@ -6,10 +6,11 @@
  * inputs are xpad at j + d (m b - (K - 1) + r), r < n (the causal context: prev or zeros;
  * past the end: zeros, which only reach outputs past the end, dropped). Per tile:
  * v = BT . inputs, m_p = U_p . v_p for the n points p (U_p = G_p . W, made on the host:
- * winograd.Winograd.weights), y_i = sum_p A[i][p] m_p. userdata: int64 [11] = BLAS block (3),
+ * winograd.Winograd.weights), y_i = sum_p A[i][p] m_p. userdata: int64 [12] = BLAS block (3),
  * d, block (tile rows of m outputs per thread block), split_below, min_chans, m, n, the
  * address of the F32 tables BT (n x n) then A (m x n), the most tiles taken by row products
- * (pg_rowdot; 0: never). src0 u: contiguous F32 ne
+ * (pg_rowdot; 0: never), the number of segments S (a batched step: S streams of L / S samples
+ * packed in turn along time, each its own conv; prev then ne [(K - 1) d, S, Cin]). src0 u: contiguous F32 ne
  * [Cin, Cout, n]; src1 x: F32 ne [L, Cin] with contiguous rows; src2 (optional) prev: F32
  * ne [(K - 1) d, Cin], likewise; dst: contiguous F32 ne [L, Cout]. Threads split blocks of
  * tile rows or, for short signals, the output channels; chosen by shape alone, as in
@@ -157,11 +158,10 @@ static void wino_input(const struct wino * w, int64_t b0, int64_t nb, float * re
     }
 }
 
-/* Rows [o0, o1) of the tile rows whose transform is v: the n products, then the output
- * transform straight into y (outputs before len). */
-static void wino_rows(const int64_t * p, const struct wino * w, int64_t b0, int64_t nb, const float * v,
-                      int64_t ldv, int64_t plane, float * restrict mbuf, int64_t mplane, int64_t o0, int64_t o1) {
-    const int64_t m = w->m, n = w->n, d = w->d, nt = nb * d, rows = o1 - o0;
+/* The n products m_q = U_q . v_q for output rows [o0, o1) over nt columns of v. */
+static void wino_products(const int64_t * p, const struct wino * w, int64_t nt, const float * v, int64_t ldv,
+                          int64_t plane, float * restrict mbuf, int64_t mplane, int64_t o0, int64_t o1) {
+    const int64_t n = w->n, rows = o1 - o0;
     if (nt <= p[10] && pg_rowdot_vector()) {
         /* A few tiles (a streamed chunk): row products against the tiles' transposed inputs,
          * which read each weight once where the BLAS would pack every U_q (pg_rowdot). */
@@ -176,12 +176,19 @@ static void wino_rows(const int64_t * p, const struct wino * w, int64_t b0, int6
                       mbuf + q * mplane, ldv, 1, nt);
         }
         pg_scratch_give(vt, slot);
-    } else {
-        for (int64_t q = 0; q < n; q++)
-            pg_sgemm(p, 0, rows, nt, w->cin, w->u + (q * w->cout + o0) * w->cin, w->cin, v + q * plane, ldv, 0.0f,
-                     mbuf + q * mplane, ldv);
+        return;
     }
-    for (int64_t r = 0; r < rows; r++) {
+    for (int64_t q = 0; q < n; q++)
+        pg_sgemm(p, 0, rows, nt, w->cin, w->u + (q * w->cout + o0) * w->cin, w->cin, v + q * plane, ldv, 0.0f,
+                 mbuf + q * mplane, ldv);
+}
+
+/* The output transform of tile rows [b0, b0 + nb) from their products (mbuf, columns j nb + q),
+ * straight into y (outputs before len), for output rows [o0, o1). */
+static void wino_output(const struct wino * w, int64_t b0, int64_t nb, const float * mbuf, int64_t ldv,
+                        int64_t mplane, int64_t o0, int64_t o1) {
+    const int64_t m = w->m, n = w->n, d = w->d;
+    for (int64_t r = 0; r < o1 - o0; r++) {
         float * yr = w->y + (o0 + r) * w->ldy;
         for (int64_t j = 0; j < d; j++) {
             const float * mr = mbuf + r * ldv + j * nb;
@@ -196,16 +203,36 @@ static void wino_rows(const int64_t * p, const struct wino * w, int64_t b0, int6
     }
 }
 
+/* Rows [o0, o1) of the tile rows whose transform is v: the n products, then the output
+ * transform straight into y. */
+static void wino_rows(const int64_t * p, const struct wino * w, int64_t b0, int64_t nb, const float * v,
+                      int64_t ldv, int64_t plane, float * restrict mbuf, int64_t mplane, int64_t o0, int64_t o1) {
+    wino_products(p, w, nb * w->d, v, ldv, plane, mbuf, mplane, o0, o1);
+    wino_output(w, b0, nb, mbuf, ldv, mplane, o0, o1);
+}
+
+/* Segment s of a batched step (p[11] = S streams packed in turn along time, each of len
+ * samples, with its own carried context: prev ne [(K - 1) d, S, Cin]). */
+static struct wino wino_segment(const struct wino * all, int64_t s, int64_t segments) {
+    struct wino w = *all;
+    w.x = all->x + s * all->len;
+    w.y = all->y + s * all->len;
+    if (all->prev) w.prev = all->prev + s * ((all->kk - 1) * all->d);
+    (void) segments;
+    return w;
+}
+
 void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     const int64_t * p = userdata;
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * u = dst->src[0], * x = dst->src[1], * pv = dst->src[2];
     const float * tables = (const float *)(uintptr_t)p[9];
+    const int64_t segments = p[11] > 1 ? p[11] : 1;
     struct wino w = {
-        .m = p[7], .n = p[8], .kk = p[8] - p[7] + 1, .d = p[3], .len = x->ne[0], .cin = u->ne[0],
+        .m = p[7], .n = p[8], .kk = p[8] - p[7] + 1, .d = p[3], .len = x->ne[0] / segments, .cin = u->ne[0],
         .cout = u->ne[1], .bt = tables, .at = tables + p[8] * p[8], .x = x->data, .prev = pv ? pv->data : NULL,
         .u = u->data, .ldx = (int64_t)(x->nb[1] / sizeof(float)),
-        .ldp = pv ? (int64_t)(pv->nb[1] / sizeof(float)) : 0, .y = dst->data, .ldy = dst->ne[0],
+        .ldp = pv ? (int64_t)(pv->nb[segments > 1 ? 2 : 1] / sizeof(float)) : 0, .y = dst->data, .ldy = dst->ne[0],
     };
     const int64_t block_rows = p[4], split_below = p[5], min_chans = p[6];
     if (w.n > PG_WINO_MAX_N || w.m < 1 || w.kk < 1) return;
@@ -221,7 +248,8 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     } else pg_blocks(w.cout, min_chans, w.cout, ith, nth, &i0, &i1, &block);
     if (i0 >= i1) return;
     const int64_t nb = by_time ? (block < i1 - i0 ? block : i1 - i0) : nrows;
-    const int64_t nt = nb * w.d, rows = by_time ? w.cout : (block < i1 - i0 ? block : i1 - i0);
+    /* split channels: every segment's tiles side by side, one product over all of them */
+    const int64_t nt = nb * w.d * (by_time ? 1 : segments), rows = by_time ? w.cout : (block < i1 - i0 ? block : i1 - i0);
     /* Row strides off multiples of 1 KiB and planes staggered by 128 B: the transform
      * streams and the GEMM panels would otherwise fall on the same cache sets (measured: a
      * 64-channel conv at d = 1 took 1.9x the per-tap time, 1.0x with the padding) */
@@ -235,17 +263,28 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     if (!buf) { pg_scratch_give(buf, slot); return; }  /* out of memory: the output is left unset */
     float * gbuf = buf, * v = gbuf + w.m * ng, * mbuf = v + w.n * plane;
     const int prev_threads = pg_blas_enter(p);
-    if (by_time) {
-        for (int64_t b0 = i0; b0 < i1; b0 += block) {
-            const int64_t cnt = b0 + block < i1 ? block : i1 - b0;
-            wino_input(&w, b0, cnt, gbuf, v, ldv, plane);
-            wino_rows(p, &w, b0, cnt, v, ldv, plane, mbuf, mplane, 0, w.cout);
+    if (by_time) {  /* long segments: each one a conv of its own */
+        for (int64_t s = 0; s < segments; s++) {
+            const struct wino ws = wino_segment(&w, s, segments);
+            for (int64_t b0 = i0; b0 < i1; b0 += block) {
+                const int64_t cnt = b0 + block < i1 ? block : i1 - b0;
+                wino_input(&ws, b0, cnt, gbuf, v, ldv, plane);
+                wino_rows(p, &ws, b0, cnt, v, ldv, plane, mbuf, mplane, 0, w.cout);
+            }
         }
     } else {
-        wino_input(&w, 0, nrows, gbuf, v, ldv, plane);
+        const int64_t seg_cols = nrows * w.d;
+        for (int64_t s = 0; s < segments; s++) {
+            const struct wino ws = wino_segment(&w, s, segments);
+            wino_input(&ws, 0, nrows, gbuf, v + s * seg_cols, ldv, plane);
+        }
         for (int64_t a = i0; a < i1; a += block) {
             const int64_t b = a + block < i1 ? a + block : i1;
-            wino_rows(p, &w, 0, nrows, v, ldv, plane, mbuf, mplane, a, b);
+            wino_products(p, &w, nt, v, ldv, plane, mbuf, mplane, a, b);
+            for (int64_t s = 0; s < segments; s++) {
+                const struct wino ws = wino_segment(&w, s, segments);
+                wino_output(&ws, 0, nrows, mbuf + s * seg_cols, ldv, mplane, a, b);
+            }
         }
     }
     pg_blas_leave(p, prev_threads);
