@@ -53,7 +53,9 @@ int pg_rowdot_vector(void) { return PG_RD_VECTOR; }
 
 /* n F16 values upcast to F32 (exact) */
 static void pg_f16_to_f32(const uint16_t * restrict h, float * restrict f, int64_t n) {
+#if defined(__F16C__)
     int64_t i = 0;
+#endif
 #if defined(__F16C__) && defined(__AVX__)
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(f + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
 #endif
