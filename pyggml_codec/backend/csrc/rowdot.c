@@ -122,32 +122,19 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
     const size_t esz = a_f16 ? 2 : 4;
     float ta[PG_RD_R * PG_RD_V], tb[PG_RD_C * PG_RD_V], out[PG_RD_R * PG_RD_C];
     if (panel < PG_RD_C) panel = PG_RD_C;
-    /* F16 rows met by more than one block of columns are upcast once per row block into an
-     * L1-sized buffer (the same values: the upcast is exact), so that the converts are not
-     * repeated per block of columns: they take the FMA ports. */
-    int slot = -1;
-    float * up = NULL;
-    if (a_f16 && n > PG_RD_C) up = pg_scratch_take((size_t)(PG_RD_R * (kv + PG_RD_V)), &slot);
     for (int64_t j0 = 0; j0 < n; j0 += panel) {
         const int64_t j1 = j0 + panel < n ? j0 + panel : n;
         for (int64_t i0 = 0; i0 < m; i0 += PG_RD_R) {
             const int r = (int)(m - i0 < PG_RD_R ? m - i0 : PG_RD_R);
             const void * ar[PG_RD_R];
-            int h = a_f16;
             for (int i = 0; i < r; i++) {
                 ar[i] = (const char *)a + (size_t)(i0 + i) * lda * esz;
-                if (up) {
-                    pg_f16_to_f32((const uint16_t *)ar[i], up + i * (kv + PG_RD_V), kv);
-                    ar[i] = up + i * (kv + PG_RD_V);
-                    h = 0;
-                }
                 if (tail) {
                     for (int64_t q = 0; q < PG_RD_V; q++) {
                         float v = 0.0f;
                         if (kv + q < k) {
-                            const char * row = (const char *)a + (size_t)(i0 + i) * lda * esz;
-                            if (a_f16) v = _cvtsh_ss(((const uint16_t *)row)[kv + q]);
-                            else v = ((const float *)row)[kv + q];
+                            if (a_f16) v = _cvtsh_ss(((const uint16_t *)ar[i])[kv + q]);
+                            else v = ((const float *)ar[i])[kv + q];
                         }
                         ta[i * PG_RD_V + q] = v;
                     }
@@ -161,7 +148,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
                     if (tail)
                         for (int64_t q = 0; q < PG_RD_V; q++) tb[j * PG_RD_V + q] = kv + q < k ? br[j][kv + q] : 0.0f;
                 }
-                rd_dispatch(r, cc, ar, h, br, kv, ta, tb, tail, out);
+                rd_dispatch(r, cc, ar, a_f16, br, kv, ta, tb, tail, out);
                 for (int i = 0; i < r; i++)
                     for (int j = 0; j < cc; j++) {
                         float * o = c + (i0 + i) * csi + (jb + j) * csj;
@@ -170,7 +157,6 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
             }
         }
     }
-    if (up) pg_scratch_give(up, slot);
     return 1;
 #else
     (void) m; (void) n; (void) k; (void) a; (void) lda; (void) a_f16; (void) b; (void) ldb; (void) beta; (void) c;
