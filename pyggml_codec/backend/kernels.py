@@ -230,11 +230,12 @@ def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None):
 
 # Products by row dot products (csrc/rowdot.c): the weights read once in their stored type, no
 # packing; each output summed in one order whatever the column count. Against numpy's OpenBLAS
-# sgemm, single-threaded, side by side ([3072 x 1024], [1024 x 4096], [768 x 768] weights): 4-6x
-# faster at 4 columns, 2.1-2.4x at 16, equal at 32-64, 0.6-0.7x at 128; an F16 matrix read in
-# half the bytes (a 1-column product 0.30 ms against 0.55). So F32 products of up to
-# ROWDOT_MAX_N columns take it; F16 matrices always do (past that many columns they are upcast
-# block by block for the BLAS).
+# sgemm, single-threaded, side by side, weights warm in cache ([3072 x 1024], [1024 x 4096],
+# [768 x 768]): 4-6x faster at 4 columns, 2.1-2.4x at 16, equal at 32-64, 0.6-0.7x at 128; an F16
+# matrix is read in half the bytes (a 1-column product 0.30 ms against 0.55; from memory such a
+# product runs at the bandwidth, 13.6 GB/s on one core of the 2-core development VM). So F32
+# products of up to ROWDOT_MAX_N columns take it; F16 matrices always do (past that many columns
+# they are upcast block by block for the BLAS).
 ROWDOT_MAX_N = 48
 ROWDOT_PANEL_BYTES = 1 << 20  # the columns whose rows stay in L2 while the weights pass
 ROWDOT = bool(AVAILABLE and _OPS["rowdot"] and _OPS["f16c"] and BLAS is not None)
