@@ -158,11 +158,13 @@ class Codec:
             pass
 
     def clear_cache(self) -> None:
-        """Free cached graphs. Remembered fused-graph failures survive."""
+        """Free cached graphs. Remembered fused-graph failures survive. On lavapipe the backend's
+        ggml context is started again to free their buffers (``Backend.restart``)."""
         with self._lock:
             self._live()
             self._cache.clear()
             self._batch_cache.clear()
+            self._model.backend.restart()
 
     # ----------------------------------------------------------------- graph building
 
@@ -175,8 +177,8 @@ class Codec:
             self.lowerings.update(graph.builder.lowerings)
             return graph
 
-        if keep_stages and self._model.backend.is_cpu:  # dumps are one-off on the CPU; cached elsewhere,
-            return make()  # since freeing compute buffers per call aborted lavapipe (README, Vulkan)
+        if keep_stages and self._model.backend.is_cpu:  # dumps are one-off on the CPU; cached elsewhere:
+            return make()  # on lavapipe a freed graph's buffers stay parked to clear_cache() (Backend.release)
         if keep_stages:
             key = key + ("stages",)
         return (self._batch_cache if batch > 1 else self._cache).get(key, make)

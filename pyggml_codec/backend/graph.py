@@ -229,16 +229,18 @@ class Graph:
         return out
 
     def free(self) -> None:
-        """Idempotent; handles cleared before they are freed (see WeightBuffer.free)."""
+        """Idempotent; handles cleared before they are freed (see WeightBuffer.free). The
+        compute buffers go through ``Backend.release``: on lavapipe they are parked until the
+        backend's ggml context is gone."""
         galloc, self.galloc = self.galloc, 0
         if galloc:
-            lib.ggml_gallocr_free(galloc)
+            self.backend.release(lambda: lib.ggml_gallocr_free(galloc))
         sched, self.sched = self.sched, 0
         if sched:
-            lib.ggml_backend_sched_free(sched)
+            self.backend.release(lambda: lib.ggml_backend_sched_free(sched))
         helper, self.cpu_helper = self.cpu_helper, None
         if helper is not None:
-            helper.free()
+            self.backend.release(helper.free)
         ctx, self.ctx = self.ctx, 0
         if ctx:
             lib.ggml_free(ctx)
@@ -246,8 +248,9 @@ class Graph:
 
 class GraphCache:
     """Built graphs keyed by (kind, frames[, ...]); past ``size`` (of a kind, if ``per_kind``), the
-    least recently used is freed. Per kind off the CPU: freeing compute buffers and computing again
-    at another size aborted lavapipe (README, Vulkan)."""
+    least recently used is freed. Per kind off the CPU (a rule from before ``Backend.release``
+    fixed the lavapipe abort, README, Vulkan); on lavapipe evicted buffers stay parked until
+    ``clear_cache()``."""
 
     def __init__(self, size: int, per_kind: bool = False):
         self.size, self.per_kind = size, per_kind

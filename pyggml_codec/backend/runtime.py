@@ -11,6 +11,7 @@ import logging
 import os
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -91,6 +92,9 @@ class Backend:
         self.cpu_ops: frozenset[str] = frozenset()
         # How the backend computes products the graph gives F32 inputs (see PRODUCTS)
         self.products = "f32" if name == "cpu" else "unmeasured"
+        # Mesa's lavapipe: buffers are freed only once this ggml context is gone (see release)
+        self.parks_frees = name == "vulkan" and _on_lavapipe(handle)
+        self._parked: list[Callable[[], None]] = []
 
     @property
     def is_cpu(self) -> bool:
@@ -114,10 +118,46 @@ class Backend:
             return False
         return self.is_cpu or self.supports(tensor)
 
+    def release(self, free: Callable[[], None]) -> None:
+        """Run ``free`` (it destroys buffers of this backend's device) now, or with
+        ``parks_frees`` once this ggml context is gone (:meth:`restart`, :meth:`free`).
+
+        Why (Mesa 22.3 lavapipe): a descriptor set keeps a bare pointer to each buffer written
+        into it, and binding a set references every binding of it, used or not; ggml-vulkan
+        reuses its sets from one compute to the next and writes only the bindings each shader
+        uses. A buffer destroyed while the context lives is then referenced again from a stale
+        binding after it was freed: heap corruption (README, "Known problem on lavapipe")."""
+        if self.parks_frees and self.handle:
+            self._parked.append(free)
+        else:
+            free()
+
+    def restart(self) -> None:
+        """Free the parked buffers; first start this backend's ggml context again on the same
+        device (its descriptor sets go with the old one; pipelines and the F16 setting live in
+        the device), if this library started it. No graph on this backend may be left: a
+        scheduler holds the handle. A host's backend keeps them parked until :meth:`free`."""
+        if not self._parked or not self.owned:
+            return
+        handle, self.handle = self.handle, 0
+        device = lib.ggml_backend_get_device(handle)
+        lib.ggml_backend_free(handle)
+        self._free_parked()
+        self.handle = lib.ggml_backend_dev_init(device, None)
+        if not self.handle:
+            raise BackendError(f"{self.name} backend failed to start again")
+
+    def _free_parked(self) -> None:
+        parked, self._parked = self._parked, []
+        for free in parked:
+            free()
+
     def free(self) -> None:
+        """Free the backend (if this library started it), then the buffers parked for it."""
         handle, self.handle = self.handle, 0
         if self.owned and handle:
             lib.ggml_backend_free(handle)
+        self._free_parked()
 
     @classmethod
     def wrap(cls, handle: int) -> "Backend":
@@ -127,6 +167,12 @@ class Backend:
         name = lib.ggml_backend_name(handle).decode().lower()
         kind = "cpu" if name.startswith("cpu") else next((k for k, v in _REGISTRY_NAMES.items() if name.startswith(v.lower())), name)
         return cls(handle, kind, owned=False, requested=kind, fallback_reason=None)
+
+
+def _on_lavapipe(handle: int) -> bool:
+    """Whether ``handle`` runs on Mesa's software Vulkan driver (its device is "llvmpipe")."""
+    device = lib.ggml_backend_get_device(handle)
+    return bool(device) and lib.ggml_backend_dev_description(device).decode().startswith("llvmpipe")
 
 
 def op_name(tensor) -> str:

@@ -145,7 +145,7 @@ def _graph_bytes(codec, kinds: tuple[str, ...]) -> dict[str, int]:
 
 def _time(codec, call: Callable[[], Any], repeats: int, kinds: tuple[str, ...]) -> tuple[Any, Timing]:
     # Cold: no graph of this direction cached. Only those are dropped (none, on the first
-    # measurement of a codec): freeing compute buffers between calls aborted lavapipe runs.
+    # measurement of a codec): on lavapipe their buffers stay parked until close (Backend.release).
     codec._cache.discard(*[k for k in codec._cache.graphs if k[0] in kinds])
     t0 = time.perf_counter()
     out = call()

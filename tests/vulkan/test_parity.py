@@ -82,7 +82,7 @@ def test_encode_matches_the_cpu(cpu_codecs, gpu_codecs, precision):
 def test_repeated_stage_encodes_stay_stable(gpu_codecs):
     """Repeated encode(return_stages=True) calls give identical results and keep the process
     alive: off the CPU the stage graphs are cached, not built and freed per call (freeing
-    compute buffers per call aborted lavapipe processes, usually on the second call)."""
+    compute buffers per call aborted lavapipe processes before ``Backend.release`` parked them)."""
     x = signal(int(0.3 * 44100), seed=4)
     first = gpu_codecs["f32"].encode(x, return_stages=True)
     codec = gpu_codecs["f32"]
