@@ -233,10 +233,14 @@ def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None):
 # sgemm, single-threaded, side by side, weights warm in cache ([3072 x 1024], [1024 x 4096],
 # [768 x 768]): 4-6x faster at 4 columns, 2.1-2.4x at 16, equal at 32-64, 0.6-0.7x at 128; an F16
 # matrix is read in half the bytes (a 1-column product 0.30 ms against 0.55; from memory such a
-# product runs at the bandwidth, 13.6 GB/s on one core of the 2-core development VM). So F32
-# products of up to ROWDOT_MAX_N columns take it; F16 matrices always do (past that many columns
-# they are upcast block by block for the BLAS).
-ROWDOT_MAX_N = 48
+# product runs at the bandwidth, 13.6 GB/s on one core of the 2-core development VM). It takes
+# the products of fewer than BLAS_MIN_SIDE columns, where ggml's matrix-vector product ran before
+# (a streamed chunk of 1-3 frames); F16 matrices go through it at any width, upcast block by block
+# for the BLAS from that width on. Not wider: a one-shot decode's products (16 columns and more)
+# then keep the BLAS's sums, and a streamed decode stays as close to them as before (the f32 bound,
+# 1e-6 max abs at full size, sits at float32 rounding: 9.2-9.7e-7 measured; taking up to 48
+# columns here moved a 16-frame-chunk stream to 1.06e-6 against one graph).
+ROWDOT_MAX_N = BLAS_MIN_SIDE - 1
 ROWDOT_PANEL_BYTES = 1 << 20  # the columns whose rows stay in L2 while the weights pass
 ROWDOT = bool(AVAILABLE and _OPS["rowdot"] and _OPS["f16c"] and BLAS is not None)
 

@@ -55,8 +55,8 @@ def _rel(got: np.ndarray, want: np.ndarray) -> float:
 @pytest.mark.parametrize("a_type", [ops.F32, ops.F16])
 @pytest.mark.parametrize("k,m,n,batch_a,batch_b,threads", [
     (5, 3, 1, 1, 1, 2), (37, 19, 3, 1, 1, 2), (64, 33, 4, 1, 1, 3),  # K and row tails, one column
-    (1024, 70, 9, 1, 1, 2), (300, 40, 48, 2, 2, 1), (40, 24, 17, 1, 3, 2),  # batches; a broadcast
-    (129, 50, 200, 1, 1, 2),  # past ROWDOT_MAX_N: F16 upcast by blocks for the BLAS
+    (1024, 70, 9, 1, 1, 2), (300, 40, 15, 2, 2, 1), (40, 24, 13, 1, 3, 2),  # batches; a broadcast
+    (129, 50, 16, 1, 1, 3), (129, 50, 200, 1, 1, 2),  # past ROWDOT_MAX_N: F16 upcast by blocks for the BLAS
 ])
 def test_rowdot_matches_numpy(a_type, k, m, n, batch_a, batch_b, threads):
     if a_type == ops.F32 and n > kernels.ROWDOT_MAX_N:
@@ -74,14 +74,16 @@ def test_rowdot_matches_numpy(a_type, k, m, n, batch_a, batch_b, threads):
 
 
 def test_rowdot_column_thread_and_type_invariant():
-    """Each output is summed in one order: a column alone gives the bits it gets among 33 others,
-    1, 2 and 3 threads agree, and an F16 matrix gives the bits of its F32 upcast."""
+    """Each output is summed in one order: a column alone gives the bits it gets among the most
+    columns the kernel takes, 1, 2 and 3 threads agree, and an F16 matrix gives the bits of its
+    F32 upcast."""
     rng = np.random.default_rng(7)
     a16 = rng.standard_normal((200, 1000)).astype(np.float16)
     a32 = a16.astype(np.float32)  # exact
-    b = rng.standard_normal((34, 1000)).astype(np.float32)
+    n = kernels.ROWDOT_MAX_N
+    b = rng.standard_normal((n, 1000)).astype(np.float32)
     full = _product(a16, b, 2, ops.F16)
-    for j in (0, 5, 33):
+    for j in (0, 5, n - 1):
         assert np.array_equal(_product(a16, b[j:j + 1], 2, ops.F16).reshape(-1), full[j]), f"column {j} alone"
     for threads in (1, 3):
         assert np.array_equal(_product(a16, b, threads, ops.F16), full), f"{threads} threads"
@@ -94,12 +96,13 @@ def test_rowdot_refuses_what_it_cannot_read():
     ctx = new_context(16 * ops.lib.ggml_tensor_overhead())
     try:
         f32, f16 = ops.new_tensor(ctx, ops.F32, (32, 32)), ops.new_tensor(ctx, ops.F16, (32, 32))
+        narrow = ops.new_tensor(ctx, ops.F32, (32, kernels.ROWDOT_MAX_N))
         wide = ops.new_tensor(ctx, ops.F32, (32, kernels.ROWDOT_MAX_N + 1))
-        assert kernels.mul_mat_rowdot_supported(f16, f32) and kernels.mul_mat_rowdot_supported(f32, f32)
+        assert kernels.mul_mat_rowdot_supported(f16, narrow) and kernels.mul_mat_rowdot_supported(f32, narrow)
         assert kernels.mul_mat_rowdot_supported(f16, wide)  # F16: upcast for the BLAS past the limit
         assert not kernels.mul_mat_rowdot_supported(f32, wide)  # F32 that wide: the BLAS kernel
-        assert not kernels.mul_mat_rowdot_supported(f32, f16)
-        assert not kernels.mul_mat_rowdot_supported(ops.lib.ggml_transpose(ctx, f32), f32)
+        assert not kernels.mul_mat_rowdot_supported(f32, ops.new_tensor(ctx, ops.F16, (32, 4)))
+        assert not kernels.mul_mat_rowdot_supported(ops.lib.ggml_transpose(ctx, f32), narrow)
         q8 = ops.new_tensor(ctx, binding.TYPE_Q8_0, (32, 32)) if hasattr(binding, "TYPE_Q8_0") else None
         if q8 is not None:
             assert not kernels.mul_mat_rowdot_supported(q8, f32)
