@@ -233,14 +233,17 @@ def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None):
 # sgemm, single-threaded, side by side, weights warm in cache ([3072 x 1024], [1024 x 4096],
 # [768 x 768]): 4-6x faster at 4 columns, 2.1-2.4x at 16, equal at 32-64, 0.6-0.7x at 128; an F16
 # matrix is read in half the bytes (a 1-column product 0.30 ms against 0.55; from memory such a
-# product runs at the bandwidth, 13.6 GB/s on one core of the 2-core development VM). It takes
-# the products of fewer than BLAS_MIN_SIDE columns, where ggml's matrix-vector product ran before
-# (a streamed chunk of 1-3 frames); F16 matrices go through it at any width, upcast block by block
-# for the BLAS from that width on. Not wider: a one-shot decode's products (16 columns and more)
-# then keep the BLAS's sums, and a streamed decode stays as close to them as before (the f32 bound,
-# 1e-6 max abs at full size, sits at float32 rounding: 9.2-9.7e-7 measured; taking up to 48
-# columns here moved a 16-frame-chunk stream to 1.06e-6 against one graph).
+# product runs at the bandwidth, 13.6 GB/s on one core of the 2-core development VM).
+# F32 matrices (an F32 file's): the products of fewer than BLAS_MIN_SIDE columns, where ggml's
+# matrix-vector product ran before (a streamed chunk of 1-3 frames), so that a one-shot decode's
+# products (16 columns and more) keep the BLAS's sums: the f32 bound for streams, 1e-6 max abs
+# against one graph at full size, sits at float32 rounding (9.2-9.7e-7 measured so; taking up to
+# 48 columns moved a 16-frame-chunk stream of the F32 file to 1.06e-6).
+# F16 matrices: up to ROWDOT_MAX_N_F16 columns, then upcast block by block for the BLAS, whose
+# upcast costs a read and a write of every weight per call (at 16 columns, a 16-frame chunk's
+# transformer, that was 8-10 ms per frame more than the row products).
 ROWDOT_MAX_N = BLAS_MIN_SIDE - 1
+ROWDOT_MAX_N_F16 = 48
 ROWDOT_PANEL_BYTES = 1 << 20  # the columns whose rows stay in L2 while the weights pass
 ROWDOT = bool(AVAILABLE and _OPS["rowdot"] and _OPS["f16c"] and BLAS is not None)
 
@@ -264,8 +267,8 @@ def mul_mat_rowdot(ctx, a, b, keep: list):
     """``ggml_mul_mat(a, b)`` (F32 or F16 ``a``, F32 ``b``) by row dot products: ne
     ``[a.ne1, b.ne1, b.ne2, b.ne3]``. ``keep`` outlives the graph (the parameter block)."""
     k = int(a.contents.ne[0])
-    params = np.concatenate([np.array([max(4, ROWDOT_PANEL_BYTES // (4 * k)), ROWDOT_MAX_N], dtype=np.int64),
-                             BLAS.params])
+    max_n = ROWDOT_MAX_N_F16 if int(a.contents.type) == 1 else ROWDOT_MAX_N
+    params = np.concatenate([np.array([max(4, ROWDOT_PANEL_BYTES // (4 * k)), max_n], dtype=np.int64), BLAS.params])
     keep.append(params)
     args = (ctypes.POINTER(lib.ggml_tensor) * 2)(a, b)
     ne = (int(a.contents.ne[1]), int(b.contents.ne[1]), int(b.contents.ne[2]), int(b.contents.ne[3]))
