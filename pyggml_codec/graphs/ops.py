@@ -159,6 +159,12 @@ def mul_mat(g: Builder, a: Tensor, b: Tensor) -> Tensor:
     if g.matmul == "blas" and kernels.mul_mat_rowdot_supported(a, b):
         g.lowerings["matmul"] = "rowdot"  # Choices keeps every choice that ran
         return kernels.mul_mat_rowdot(g.ctx, a, b, g.keep)
+    if g.precision == "f32" and binding.tensor_type(a) == F16 and binding.tensor_type(b) == F32:
+        # an F16 matrix held as stored (plan "matrices") without the row-product kernel, e.g. with the
+        # compiled kernels switched off: upcast in the graph (exact), since ggml's F16 product would
+        # round the activations to F16
+        a = lib.ggml_cast(g.ctx, a, F32)
+        g.lowerings["matrices"] = "stored-upcast"
     blas = g.matmul == "blas" and kernels.mul_mat_blas_supported(a, b)
     g.lowerings["matmul"] = "blas" if blas else "ggml"
     return kernels.mul_mat_blas(g.ctx, a, b) if blas else lib.ggml_mul_mat(g.ctx, a, b)

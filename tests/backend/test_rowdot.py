@@ -136,3 +136,20 @@ def test_f16_matrices_held_as_stored_decode_like_upcast(tiny_model):
         assert m <= 1e-6
     _, m = report("F16 matrices as stored vs upcast at load", out["stored"], out["f32"])
     assert m <= 1e-6
+
+
+def test_f16_matrices_without_the_kernels_are_upcast_in_the_graph(tiny_model):
+    """With the compiled kernels switched off after load, the F16 matrices held as stored are
+    upcast in the graph (ggml's F16 product would round the activations to F16): bit for bit
+    the decode of the same file upcast at load."""
+    codes = random_codes(pyggml_codec.load(tiny_model.f16_path, backend="cpu").config.quantizer.codebook_sizes,
+                         12, seed=6)
+    out = {}
+    for matrices in ("stored", "f32"):
+        with pyggml_codec.load(tiny_model.f16_path, backend="cpu", lowerings={"matrices": matrices}) as codec:
+            codec.use_custom_kernels = False
+            out[matrices] = codec.decode(codes)
+            if matrices == "stored":
+                assert codec.lowerings["matrices"] == "stored-upcast"
+    _, m = report("kernels off: F16 matrices upcast in the graph vs at load", out["stored"], out["f32"])
+    assert m == 0.0
