@@ -18,25 +18,17 @@ import numpy as np
 import pytest
 
 import pyggml_codec
-from pyggml_codec.backend import kernels, runtime, winograd
-from pyggml_codec.backend.graph import Graph, new_context
+from pyggml_codec.backend import kernels, winograd
+from pyggml_codec.backend.graph import new_context
 from pyggml_codec.graphs import ops
+from graphrun import run_cpu_graph
 
 REL_MAX = 2e-6
 
 pytestmark = pytest.mark.skipif(kernels.BLAS is None, reason=f"no BLAS: {kernels.BLAS_UNAVAILABLE_REASON}")
 
 
-def _run(build, n_threads: int = 2) -> dict:
-    backend = runtime.start_backend("cpu")
-    backend.set_threads(n_threads)
-    graph = Graph(backend, 64 << 20)
-    try:
-        graph.build(build, ops.Builder(ctx=graph.ctx))
-        return graph.run()
-    finally:
-        graph.free()
-        backend.free()
+_run = run_cpu_graph
 
 
 def _rel(got: np.ndarray, want: np.ndarray) -> float:
@@ -278,12 +270,13 @@ def test_blas_kernels_do_not_depend_on_thread_count_on_haswell_kernels():
     it): on an AVX-512 machine OpenBLAS then runs its Haswell kernels, whose threaded driver
     gives other bits than a single-threaded call (the defect this guards against, seen as
     3.8e-5 between 1 and 2 threads). Elsewhere the setting is the machine's own kernel."""
+    here = os.path.dirname(os.path.abspath(__file__))  # and tests/, for the helpers it imports
     code = (
-        "import sys; sys.path.insert(0, %r)\n"
+        "import sys; sys.path[:0] = [%r, %r]\n"
         "import test_blas_kernels as t\n"
         "for kernel in ('mul_mat_blas', 'conv_taps', 'conv_wino'):\n"
         "    t.test_blas_kernels_do_not_depend_on_thread_count(kernel)\n"
-        "print('OK')\n" % os.path.dirname(os.path.abspath(__file__)))
+        "print('OK')\n" % (here, os.path.dirname(here)))
     env = dict(os.environ, OPENBLAS_CORETYPE="Haswell")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     print(out.stdout[-3000:], out.stderr[-3000:])

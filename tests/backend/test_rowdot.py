@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import pyggml_codec
-from pyggml_codec.backend import binding, kernels, runtime
-from pyggml_codec.backend.graph import Graph
+from pyggml_codec.backend import binding, kernels
 from pyggml_codec.graphs import ops
+from graphrun import run_cpu_graph
 from parity import random_codes, report
 
 REL_MAX = 2e-6
@@ -25,16 +25,7 @@ pytestmark = pytest.mark.skipif(not kernels.ROWDOT, reason="no row-product kerne
                                 "(needs the compiled kernels with AVX2+FMA+F16C or AVX-512, and a BLAS)")
 
 
-def _run(build, n_threads: int = 2) -> dict:
-    backend = runtime.start_backend("cpu")
-    backend.set_threads(n_threads)
-    graph = Graph(backend, 64 << 20)
-    try:
-        graph.build(build, ops.Builder(ctx=graph.ctx))
-        return graph.run()
-    finally:
-        graph.free()
-        backend.free()
+_run = run_cpu_graph
 
 
 def _product(a: np.ndarray, b: np.ndarray, threads: int = 2, a_type: int = ops.F32) -> np.ndarray:

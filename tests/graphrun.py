@@ -1,0 +1,20 @@
+"""One graph built and computed on a fresh CPU backend: the kernel tests' runner."""
+
+from __future__ import annotations
+
+from pyggml_codec.backend import runtime
+from pyggml_codec.backend.graph import Graph
+from pyggml_codec.graphs import ops
+
+
+def run_cpu_graph(build, n_threads: int = 2) -> dict:
+    """``build(builder) -> {name: tensor}`` computed with ``n_threads`` threads: {name: array}."""
+    backend = runtime.start_backend("cpu")
+    backend.set_threads(n_threads)
+    graph = Graph(backend, 64 << 20)
+    try:
+        graph.build(build, ops.Builder(ctx=graph.ctx))
+        return graph.run()
+    finally:
+        graph.free()
+        backend.free()
