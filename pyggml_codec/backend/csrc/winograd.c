@@ -213,12 +213,11 @@ static void wino_rows(const int64_t * p, const struct wino * w, int64_t b0, int6
 
 /* Segment s of a batched step (p[11] = S streams packed in turn along time, each of len
  * samples, with its own carried context: prev ne [(K - 1) d, S, Cin]). */
-static struct wino wino_segment(const struct wino * all, int64_t s, int64_t segments) {
+static struct wino wino_segment(const struct wino * all, int64_t s) {
     struct wino w = *all;
     w.x = all->x + s * all->len;
     w.y = all->y + s * all->len;
     if (all->prev) w.prev = all->prev + s * ((all->kk - 1) * all->d);
-    (void) segments;
     return w;
 }
 
@@ -265,7 +264,7 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     const int prev_threads = pg_blas_enter(p);
     if (by_time) {  /* long segments: each one a conv of its own */
         for (int64_t s = 0; s < segments; s++) {
-            const struct wino ws = wino_segment(&w, s, segments);
+            const struct wino ws = wino_segment(&w, s);
             for (int64_t b0 = i0; b0 < i1; b0 += block) {
                 const int64_t cnt = b0 + block < i1 ? block : i1 - b0;
                 wino_input(&ws, b0, cnt, gbuf, v, ldv, plane);
@@ -275,14 +274,14 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     } else {
         const int64_t seg_cols = nrows * w.d;
         for (int64_t s = 0; s < segments; s++) {
-            const struct wino ws = wino_segment(&w, s, segments);
+            const struct wino ws = wino_segment(&w, s);
             wino_input(&ws, 0, nrows, gbuf, v + s * seg_cols, ldv, plane);
         }
         for (int64_t a = i0; a < i1; a += block) {
             const int64_t b = a + block < i1 ? a + block : i1;
             wino_products(p, &w, nt, v, ldv, plane, mbuf, mplane, a, b);
             for (int64_t s = 0; s < segments; s++) {
-                const struct wino ws = wino_segment(&w, s, segments);
+                const struct wino ws = wino_segment(&w, s);
                 wino_output(&ws, 0, nrows, mbuf + s * seg_cols, ldv, mplane, a, b);
             }
         }
