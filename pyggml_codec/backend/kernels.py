@@ -308,7 +308,7 @@ def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = 
                                              and int(prev.contents.ne[1]) != segments):
         raise ValueError(f"{segments} segments of a conv over {int(x.contents.ne[0])} samples")
     length = int(x.contents.ne[0]) // segments
-    rows = -(-length // (wino.m * dilation))
+    rows = segments * -(-length // (wino.m * dilation))  # tile rows, counted over the segments in turn
     max_tiles = max(WINO_MIN_TILES, WINO_CHUNK_BYTES // (4 * wino.n * (cin + cout)))
     max_rows = max(1, max_tiles // dilation)
     n_blocks = max(-(-rows // max_rows), min(WINO_MIN_BLOCKS, rows * dilation // WINO_MIN_TILES), 1)

@@ -180,7 +180,9 @@ def test_conv_wino_matches_numpy(m, cin, cout, length, d, with_prev, threads, mo
 
 @pytest.mark.parametrize("segments,length,d,max_tiles,threads", [
     (3, 40, 1, 16, 2), (4, 60, 9, 16, 3), (8, 32, 3, 0, 2),  # split channels: one product over every stream's tiles
-    (8, 32, 9, 10_000, 1), (2, 1500, 3, 16, 2),  # ... by rows; long segments split time, each a conv of its own
+    (8, 32, 9, 10_000, 1),  # ... by rows
+    (2, 1500, 3, 16, 2), (3, 700, 1, 10_000, 2),  # long steps split time in blocks of tile rows that run
+    # on from one stream into the next (the second: its block 0 ends 88 rows into stream 1), by rows
 ])
 def test_conv_wino_segments_are_separate_streams(segments, length, d, max_tiles, threads, monkeypatch):
     """A batched step's conv (S streams in turn along time, each after its own carried context)

@@ -13,8 +13,12 @@
  * packed in turn along time, each its own conv; prev then ne [(K - 1) d, S, Cin]). src0 u: contiguous F32 ne
  * [Cin, Cout, n]; src1 x: F32 ne [L, Cin] with contiguous rows; src2 (optional) prev: F32
  * ne [(K - 1) d, Cin], likewise; dst: contiguous F32 ne [L, Cout]. Threads split blocks of
- * tile rows or, for short signals, the output channels; chosen by shape alone, as in
- * pg_conv_taps, so results do not depend on the thread count. */
+ * tile rows (counted over the segments in turn: a block may hold the end of one stream and the
+ * start of the next, its pieces side by side in one product) or, for short signals, the output
+ * channels; chosen by shape alone, as in pg_conv_taps, so results do not depend on the thread
+ * count. A tile's outputs do not depend on which other tiles share its product (the row products
+ * sum each column alone; tests/test_batching.py holds streams bit for bit apart through the
+ * BLAS's products too). */
 enum { PG_WINO_MAX_N = 16 };
 
 /* Scratch buffers kept between calls: a fresh multi-MB malloc per call came back as fresh
@@ -158,24 +162,41 @@ static void wino_input(const struct wino * w, int64_t b0, int64_t nb, float * re
     }
 }
 
-/* The n products m_q = U_q . v_q for output rows [o0, o1) over nt columns of v. */
+/* Whether the products over nt tiles are row products (pg_rowdot): a few tiles (a streamed
+ * chunk), where the BLAS would pack every U_q to read it once, or any count where p[10] says so. */
+static int wino_by_rows(const int64_t * p, int64_t nt) { return nt <= p[10] && pg_rowdot_vector(); }
+
+/* The row products' operand: the nt tiles' inputs of every plane transposed, vt[q][t][ci]
+ * (16 x 16 blocks: read along tiles, write along channels), in a scratch slot (*slot). */
+static float * wino_transposed(const struct wino * w, int64_t nt, const float * v, int64_t ldv, int64_t plane,
+                               int * slot) {
+    const int64_t cin = w->cin;
+    float * vt = pg_scratch_take((size_t)(w->n * nt * cin), slot);
+    if (!vt) return NULL;
+    for (int64_t q = 0; q < w->n; q++) {
+        const float * vq = v + q * plane;
+        float * tq = vt + q * nt * cin;
+        for (int64_t c0 = 0; c0 < cin; c0 += 16)
+            for (int64_t t0 = 0; t0 < nt; t0 += 16) {
+                const int64_t c1 = c0 + 16 < cin ? c0 + 16 : cin, t1 = t0 + 16 < nt ? t0 + 16 : nt;
+                for (int64_t t = t0; t < t1; t++)
+                    for (int64_t ci = c0; ci < c1; ci++) tq[t * cin + ci] = vq[ci * ldv + t];
+            }
+    }
+    return vt;
+}
+
+/* The n products m_q = U_q . v_q for output rows [o0, o1) over nt columns of v; by rows
+ * (wino_by_rows) from vt, the transposed inputs (wino_transposed), which read each weight once. */
 static void wino_products(const int64_t * p, const struct wino * w, int64_t nt, const float * v, int64_t ldv,
-                          int64_t plane, float * restrict mbuf, int64_t mplane, int64_t o0, int64_t o1) {
+                          int64_t plane, const float * vt, float * restrict mbuf, int64_t mplane, int64_t o0,
+                          int64_t o1) {
     const int64_t n = w->n, rows = o1 - o0;
-    if (nt <= p[10] && pg_rowdot_vector()) {
-        /* A few tiles (a streamed chunk): row products against the tiles' transposed inputs,
-         * which read each weight once where the BLAS would pack every U_q (pg_rowdot). */
-        int slot;
-        float * vt = pg_scratch_take((size_t)(nt * w->cin), &slot);
-        if (!vt) return;  /* out of memory: the output is left unset */
-        for (int64_t q = 0; q < n; q++) {
-            const float * vq = v + q * plane;
-            for (int64_t ci = 0; ci < w->cin; ci++)
-                for (int64_t t = 0; t < nt; t++) vt[t * w->cin + ci] = vq[ci * ldv + t];
-            pg_rowdot(rows, nt, w->cin, w->u + (q * w->cout + o0) * w->cin, w->cin, 0, vt, w->cin, 0.0f,
-                      mbuf + q * mplane, ldv, 1, nt);
-        }
-        pg_scratch_give(vt, slot);
+    if (vt) {
+        const int64_t panel = nt < (1 << 18) / w->cin ? nt : (1 << 18) / w->cin;  /* B rows of a panel: 1 MB */
+        for (int64_t q = 0; q < n; q++)
+            pg_rowdot(rows, nt, w->cin, w->u + (q * w->cout + o0) * w->cin, w->cin, 0, vt + q * nt * w->cin,
+                      w->cin, 0.0f, mbuf + q * mplane, ldv, 1, panel);
         return;
     }
     for (int64_t q = 0; q < n; q++)
@@ -203,14 +224,6 @@ static void wino_output(const struct wino * w, int64_t b0, int64_t nb, const flo
     }
 }
 
-/* Rows [o0, o1) of the tile rows whose transform is v: the n products, then the output
- * transform straight into y. */
-static void wino_rows(const int64_t * p, const struct wino * w, int64_t b0, int64_t nb, const float * v,
-                      int64_t ldv, int64_t plane, float * restrict mbuf, int64_t mplane, int64_t o0, int64_t o1) {
-    wino_products(p, w, nb * w->d, v, ldv, plane, mbuf, mplane, o0, o1);
-    wino_output(w, b0, nb, mbuf, ldv, mplane, o0, o1);
-}
-
 /* Segment s of a batched step (p[11] = S streams packed in turn along time, each of len
  * samples, with its own carried context: prev ne [(K - 1) d, S, Cin]). */
 static struct wino wino_segment(const struct wino * all, int64_t s) {
@@ -219,6 +232,14 @@ static struct wino wino_segment(const struct wino * all, int64_t s) {
     w.y = all->y + s * all->len;
     if (all->prev) w.prev = all->prev + s * ((all->kk - 1) * all->d);
     return w;
+}
+
+/* The part of tile rows [r, b1) (counted over the segments in turn) that lies in one segment:
+ * that segment (*s), its first row there (*lr); returns its row count. */
+static int64_t wino_piece(int64_t r, int64_t b1, int64_t nrows, int64_t * s, int64_t * lr) {
+    *s = r / nrows;
+    *lr = r - *s * nrows;
+    return ((*s + 1) * nrows < b1 ? (*s + 1) * nrows : b1) - r;
 }
 
 void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
@@ -235,15 +256,15 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     };
     const int64_t block_rows = p[4], split_below = p[5], min_chans = p[6];
     if (w.n > PG_WINO_MAX_N || w.m < 1 || w.kk < 1) return;
-    const int64_t nrows = (w.len + w.m * w.d - 1) / (w.m * w.d);  /* tile rows: m d outputs each */
-    const int by_time = w.len >= split_below;
+    const int64_t nrows = (w.len + w.m * w.d - 1) / (w.m * w.d);  /* tile rows of a segment: m d outputs each */
+    const int by_time = w.len * segments >= split_below;
     int64_t i0, i1, block;
-    if (by_time) {  /* whole blocks of block_rows tile rows */
-        const int64_t nb = (nrows + block_rows - 1) / block_rows;
+    if (by_time) {  /* whole blocks of block_rows tile rows, counted over the segments in turn */
+        const int64_t nb = (nrows * segments + block_rows - 1) / block_rows;
         const int64_t b0 = nb * ith / nth, b1 = nb * (ith + 1) / nth;
         block = block_rows;
-        i0 = b0 * block < nrows ? b0 * block : nrows;
-        i1 = b1 * block < nrows ? b1 * block : nrows;
+        i0 = b0 * block < nrows * segments ? b0 * block : nrows * segments;
+        i1 = b1 * block < nrows * segments ? b1 * block : nrows * segments;
     } else pg_blocks(w.cout, min_chans, w.cout, ith, nth, &i0, &i1, &block);
     if (i0 >= i1) return;
     const int64_t nb = by_time ? (block < i1 - i0 ? block : i1 - i0) : nrows;
@@ -262,13 +283,25 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     if (!buf) { pg_scratch_give(buf, slot); return; }  /* out of memory: the output is left unset */
     float * gbuf = buf, * v = gbuf + w.m * ng, * mbuf = v + w.n * plane;
     const int prev_threads = pg_blas_enter(p);
-    if (by_time) {  /* long segments: each one a conv of its own */
-        for (int64_t s = 0; s < segments; s++) {
-            const struct wino ws = wino_segment(&w, s);
-            for (int64_t b0 = i0; b0 < i1; b0 += block) {
-                const int64_t cnt = b0 + block < i1 ? block : i1 - b0;
-                wino_input(&ws, b0, cnt, gbuf, v, ldv, plane);
-                wino_rows(p, &ws, b0, cnt, v, ldv, plane, mbuf, mplane, 0, w.cout);
+    if (by_time) {  /* blocks of the segments' tile rows in turn, a block's pieces side by side in one product */
+        for (int64_t b0 = i0; b0 < i1; b0 += block) {
+            const int64_t b1 = b0 + block < i1 ? b0 + block : i1;
+            int64_t s, lr, cnt, col = 0;
+            for (int64_t r = b0; r < b1; r += cnt, col += cnt * w.d) {
+                cnt = wino_piece(r, b1, nrows, &s, &lr);
+                const struct wino ws = wino_segment(&w, s);
+                wino_input(&ws, lr, cnt, gbuf, v + col, ldv, plane);
+            }
+            int tslot = -1;
+            float * vt = wino_by_rows(p, col) ? wino_transposed(&w, col, v, ldv, plane, &tslot) : NULL;
+            if (wino_by_rows(p, col) && !vt) break;  /* out of memory: the output is left unset */
+            wino_products(p, &w, col, v, ldv, plane, vt, mbuf, mplane, 0, w.cout);
+            if (vt) pg_scratch_give(vt, tslot);
+            col = 0;
+            for (int64_t r = b0; r < b1; r += cnt, col += cnt * w.d) {
+                cnt = wino_piece(r, b1, nrows, &s, &lr);
+                const struct wino ws = wino_segment(&w, s);
+                wino_output(&ws, lr, cnt, mbuf + col, ldv, mplane, 0, w.cout);
             }
         }
     } else {
@@ -277,14 +310,17 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
             const struct wino ws = wino_segment(&w, s);
             wino_input(&ws, 0, nrows, gbuf, v + s * seg_cols, ldv, plane);
         }
-        for (int64_t a = i0; a < i1; a += block) {
+        int tslot = -1;
+        float * vt = wino_by_rows(p, nt) ? wino_transposed(&w, nt, v, ldv, plane, &tslot) : NULL;
+        for (int64_t a = i0; a < i1 && (vt || !wino_by_rows(p, nt)); a += block) {
             const int64_t b = a + block < i1 ? a + block : i1;
-            wino_products(p, &w, nt, v, ldv, plane, mbuf, mplane, a, b);
+            wino_products(p, &w, nt, v, ldv, plane, vt, mbuf, mplane, a, b);
             for (int64_t s = 0; s < segments; s++) {
                 const struct wino ws = wino_segment(&w, s);
                 wino_output(&ws, 0, nrows, mbuf + s * seg_cols, ldv, mplane, a, b);
             }
         }
+        if (vt) pg_scratch_give(vt, tslot);
     }
     pg_blas_leave(p, prev_threads);
     pg_scratch_give(buf, slot);
