@@ -21,25 +21,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .backend import binding
 from .errors import InputError
-from .graphs.build import ENCODER_CTX, FUSED_CTX, QUANTIZER_CTX, Build
-from .graphs.transformer import history_mask
+from .graphs.build import ENCODER_CTX, FUSED_CTX, QUANTIZER_CTX
 from .inputs import check_codes
-from .streaming import append_state
-
-
-class _Slot:
-    """One stream's carried state, by stage kind and input name, and its positions."""
-
-    def __init__(self):
-        self.states: dict[str, dict[str, np.ndarray]] = {}
-        self.clocks: dict[tuple[str, str], int] = {}
-        self.frames = 0
-
-    def state(self, kind: str, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        st = self.states.get(kind, {}).get(name)
-        return np.zeros(shape, np.float32) if st is None else st.reshape(shape)
+from .stream_state import StreamSlot, StreamStates
 
 
 class BatchStreamDecoder:
@@ -64,7 +49,8 @@ class BatchStreamDecoder:
         self.max_streams = int(max_streams)
         self.on_invalid_codes = on_invalid_codes
         self.fused = codec._fused(codec.decode_path)
-        self._slots: dict[int, _Slot] = {}
+        self._states = StreamStates(codec, self.max_streams)
+        self._slots: dict[int, StreamSlot] = {}
         self._left: set[int] = set()
         self._next_id = 0
         self.last_compute_s = 0.0  # seconds inside ggml compute during the last push
@@ -86,16 +72,16 @@ class BatchStreamDecoder:
                              f"({len(self._slots)} live); leave one first")
         sid = self._next_id
         self._next_id += 1
-        self._slots[sid] = _Slot()
+        self._slots[sid] = self._states.new_slot()
         return sid
 
     def leave(self, sid: int) -> None:
         """End stream ``sid`` and drop its state; its id is never reused."""
-        self._slot(sid)
+        self._states.free_slot(self._slot(sid))
         del self._slots[sid]
         self._left.add(sid)
 
-    def _slot(self, sid) -> _Slot:
+    def _slot(self, sid) -> StreamSlot:
         if sid in self._left:
             raise InputError(f"stream {sid} has left this decoder")
         slot = self._slots.get(sid) if isinstance(sid, (int, np.integer)) else None
@@ -120,76 +106,33 @@ class BatchStreamDecoder:
                 groups.setdefault(codes.shape[1], []).append(sid)
             self.last_compute_s = 0.0
             self.last_groups = [(n, len(sids)) for n, sids in groups.items()]
-            pending: dict[int, dict] = {sid: {} for sid in checked}
+            pending: dict[int, list] = {}
             audio: dict[int, np.ndarray] = {}
             for n, sids in groups.items():
-                pcm = self._step(n, [self._slots[s] for s in sids], [checked[s] for s in sids],
-                                 [pending[s] for s in sids])
+                pcm, updates = self._step(n, [self._slots[s] for s in sids], [checked[s] for s in sids])
                 audio.update(zip(sids, pcm))
-            for sid, stages in pending.items():  # every graph ran: commit
-                slot = self._slots[sid]
-                for kind, (states, clocks) in stages.items():
-                    slot.states[kind] = states
-                    slot.clocks.update(clocks)
-                slot.frames += checked[sid].shape[1]
+                pending.update(zip(sids, updates))
+            for sid, updates in pending.items():  # every graph ran: commit
+                self._states.commit(self._slots[sid], updates, checked[sid].shape[1])
         return {sid: audio[sid] for sid in checked}
 
-    def _step(self, n: int, slots: list[_Slot], codes: list[np.ndarray], pending: list[dict]) -> list[np.ndarray]:
-        graphs = self._codec.graphs
+    def _step(self, n: int, slots: list[StreamSlot], codes: list[np.ndarray]) -> tuple[list[np.ndarray], list]:
+        """One group's graphs: each stream's audio and pending state updates."""
+        graphs, states = self._codec.graphs, self._states
         joined = np.concatenate(codes, axis=1)
         feed = graphs.codes_feed(joined)
         if self.fused:
-            out = self._run("stream-fused", FUSED_CTX, n, slots, graphs.fused_decode(joined), feed, pending)
+            out, pending = states.run("stream-fused", FUSED_CTX, n, slots, graphs.fused_decode(joined), feed)
+            self.last_compute_s += states.last_graph.last_compute_s
         else:
-            latent = self._run("stream-latent", QUANTIZER_CTX, n, slots, graphs.latent_decode(joined), feed,
-                               pending)["latent"]
-            out = self._run("stream-wave", ENCODER_CTX, n, slots, graphs.wave_decode(latent.shape[1]),
-                            {"latent": latent}, pending)
-        return np.split(out["audio"].reshape(-1), len(slots))
-
-    def _run(self, kind: str, ctx_bytes: int, n: int, slots: list[_Slot], build: Build, feed: dict,
-             pending: list[dict]) -> dict[str, np.ndarray]:
-        """One stage of one group: stack the streams' states, compute, split the new ones."""
-        b = len(slots)
-        graph = self._codec._graph((kind, n, b) if b > 1 else (kind, n), ctx_bytes, build, streamed=True, batch=b)
-        carry = graph.builder.stream
-        shapes = {binding.lib.ggml_get_name(t).decode(): a.shape for t, a in graph.builder.inputs}
-        inputs = dict(feed)
-        for name in carry.inputs:
-            if name not in shapes:  # an input no op reads
-                continue
-            if b == 1:
-                inputs[name] = slots[0].state(kind, name, shapes[name])
-            else:
-                axis = carry.batch_axes[name]
-                one = shapes[name][:axis] + shapes[name][axis + 1:]
-                inputs[name] = np.stack([slot.state(kind, name, one) for slot in slots], axis=axis)
-        for pos, (mask, m, window) in carry.clocks.items():
-            starts = [slot.clocks.get((kind, pos), 0) for slot in slots]
-            inputs[pos] = np.concatenate([np.arange(p, p + m, dtype=np.int32) for p in starts])
-            masks = [history_mask(m, window, p) for p in starts]
-            inputs[mask] = masks[0] if b == 1 else np.stack(masks)[:, None]
-        out = graph.run(inputs)
-        self.last_compute_s += graph.last_compute_s
-        for i, slot in enumerate(slots):
-            states = {}
-            for name in carry.outputs:
-                states[name] = self._new_state(slot.state, kind, name, carry, shapes[name], out[name], b, i)
-            clocks = {(kind, pos): slot.clocks.get((kind, pos), 0) + m for pos, (_, m, _) in carry.clocks.items()}
-            pending[i][kind] = (states, clocks)
-        return {name: a for name, a in out.items() if name not in carry.outputs}
-
-    @staticmethod
-    def _new_state(state, kind: str, name: str, carry, shape: tuple, out: np.ndarray, b: int, i: int) -> np.ndarray:
-        """Stream ``i``'s next state ``name`` from a graph output (``shape``: the state input's)."""
-        axis = carry.batch_axes.get(name) if b > 1 else None
-        one = shape if axis is None else shape[:axis] + shape[axis + 1:]
-        if name in carry.appended:  # this chunk's entries only: append them to the stream's own
-            new_shape = list(shape)
-            new_shape[carry.appended[name] + (axis is not None and axis <= carry.appended[name])] = -1
-            new = out.reshape(new_shape) if axis is None else np.take(out.reshape(new_shape), i, axis=axis)
-            return append_state(state(kind, name, one), new, carry.appended[name])
-        return out.reshape(shape) if axis is None else np.take(out.reshape(shape), i, axis=axis)
+            out, pending = states.run("stream-latent", QUANTIZER_CTX, n, slots, graphs.latent_decode(joined), feed)
+            self.last_compute_s += states.last_graph.last_compute_s
+            latent = out["latent"]
+            out, more = states.run("stream-wave", ENCODER_CTX, n, slots, graphs.wave_decode(latent.shape[1]),
+                                   {"latent": latent})
+            self.last_compute_s += states.last_graph.last_compute_s
+            pending = [a + b for a, b in zip(pending, more)]
+        return np.split(out["audio"].reshape(-1), len(slots)), pending
 
     def close(self) -> None:
         """End every stream."""

@@ -4,9 +4,10 @@ Every layer of the codec is causal, so decoding chunk by chunk with carried stat
 the one-shot decode (S2_CODEC.md section 7). The model builders are the one-shot ones,
 built with a :class:`~pyggml_codec.graphs.ops.Carry` on the builder: each causal conv then takes
 its left context, each conv-transpose its overlap tail and each attention layer its last
-``window - 1`` keys and values from state inputs, and emits the next state as outputs.
-The state is fixed-size from the first chunk (zeros = causal padding, masked key slots),
-so one graph per chunk length serves a whole stream.
+``window - 1`` keys and values from state inputs (on the CPU: from rows of a host arena the
+graph reads and writes in place), and emits the next state as outputs. The state is
+fixed-size from the first chunk (zeros = causal padding, masked key slots), so one graph per
+chunk length serves a whole stream; ``stream_state.StreamStates`` keeps it and drives the graphs.
 
 :func:`decode_windowed` instead reproduces the C++ engine's schedule: re-decode a window
 of ``history`` frames of context plus the new frames and keep only the new part
@@ -19,73 +20,13 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .backend.graph import Graph
 from .errors import InputError
-from .graphs.build import ENCODER_CTX, FUSED_CTX, QUANTIZER_CTX, Build
-from .graphs.transformer import history_mask
+from .graphs.build import ENCODER_CTX, FUSED_CTX, QUANTIZER_CTX
 from .inputs import PAD_POLICIES, EncodeResult, check_audio, check_codes
 from .model import vq
+from .stream_state import StreamStates
 
 Schedule = list[tuple[int, int, int, int]]  # (window start, window end, emit start, emit end), frames
-
-
-class _Stream:
-    """One streamed graph kind and the state it carries between chunks.
-
-    ``run`` computes one chunk; its new state is kept pending until ``commit``, so that a
-    failure anywhere in a chain of graphs leaves every stage at the previous chunk.
-    """
-
-    def __init__(self, codec, kind: str, ctx_bytes: int):
-        self.codec, self.kind, self.ctx_bytes = codec, kind, ctx_bytes
-        self.arrays: dict[str, np.ndarray] = {}  # carried state by input name
-        self.clock: dict[str, int] = {}  # positions input -> first position of the next chunk
-        self._pending: tuple[dict, dict] | None = None
-        self.graph: Graph | None = None  # the graph of the last chunk
-
-    def run(self, n: int, build: Build, feed: dict[str, np.ndarray]) -> dict:
-        graph = self.codec._graph((self.kind, n), self.ctx_bytes, build, streamed=True)
-        self.graph = graph
-        carry = graph.builder.stream
-        inputs = {**feed, **self.arrays}
-        clock = dict(self.clock)
-        for pos, (mask, m, window) in carry.clocks.items():
-            p0 = clock.get(pos, 0)
-            inputs[pos] = np.arange(p0, p0 + m, dtype=np.int32)
-            inputs[mask] = history_mask(m, window, p0)
-            clock[pos] = p0 + m
-        out = graph.run(inputs)
-        states = {}
-        for name in carry.outputs:
-            states[name] = out.pop(name)
-            if name in carry.appended:
-                old = self.arrays.get(name, graph.input_array(name))
-                states[name] = append_state(old, states[name], carry.appended[name])
-        self._pending = (states, clock)
-        return out
-
-    def commit(self) -> None:
-        if self._pending is not None:
-            self.arrays, self.clock = self._pending
-            self._pending = None
-
-
-def append_state(old: np.ndarray, new: np.ndarray, axis: int) -> np.ndarray:
-    """A carried history ``old`` with a chunk's ``new`` entries appended along ``axis``, cut to
-    ``old``'s length (its last entries)."""
-    new = new.reshape(old.shape[:axis] + (-1,) + old.shape[axis + 1:])
-    n, length = new.shape[axis], old.shape[axis]
-
-    def span(a: int, b: int) -> tuple:
-        return (slice(None),) * axis + (slice(a, b),)
-
-    out = np.empty_like(old)  # one copy: the kept entries of old, then new
-    if n >= length:
-        out[...] = new[span(n - length, n)]
-    else:
-        out[span(0, length - n)] = old[span(n, length)]
-        out[span(length - n, length)] = new
-    return out
 
 
 # --------------------------------------------------------------------------- exact stream decode
@@ -95,8 +36,9 @@ class StreamDecoder:
     """Exact chunked decode: ``push(codes)`` gives the audio of exactly those frames.
 
     Concatenated pushes equal a one-shot :meth:`Codec.decode` of everything pushed (to
-    float rounding: 1e-5 measured bound in "f32" mode). Use as a context manager or call
-    :meth:`flush` at the end; both reset the stream. Graphs are cached per chunk length.
+    float rounding: 1e-6 max abs in "f32" mode, tests/test_streaming.py). Use as a context
+    manager or call :meth:`flush` at the end; both reset the stream. Graphs are cached per
+    chunk length.
     """
 
     def __init__(self, codec, on_invalid_codes: str = "clamp", *, split: bool = False):
@@ -106,35 +48,39 @@ class StreamDecoder:
         self.on_invalid_codes = on_invalid_codes
         self.fused = not split and codec._fused(codec.decode_path)
         self.last_compute_s = 0.0  # seconds inside ggml compute during the last push
+        self._states = StreamStates(codec, 1)
         self.reset()
 
     def reset(self) -> None:
         """Forget all carried state: the next push starts a new stream."""
+        if getattr(self, "_slot", None) is not None:
+            self._states.free_slot(self._slot)
+        self._slot = self._states.new_slot()
         self.frames_pushed = 0
-        if self.fused:
-            self._stages = [_Stream(self._codec, "stream-fused", FUSED_CTX)]
-        else:
-            self._stages = [_Stream(self._codec, "stream-latent", QUANTIZER_CTX),
-                            _Stream(self._codec, "stream-wave", ENCODER_CTX)]
 
     def push(self, codes) -> np.ndarray:
         """Codes ``(n_codebooks, n)``, any n >= 1 -> float32 audio of ``n * samples_per_frame``."""
-        codec = self._codec
+        codec, states, slots = self._codec, self._states, [self._slot]
         with codec._lock:
             codec._live()
             codes = check_codes(codes, codec.config, self.on_invalid_codes)
             feed = codec.graphs.codes_feed(codes)
             n = codes.shape[1]
             if self.fused:
-                audio = self._stages[0].run(n, codec.graphs.fused_decode(codes), feed)["audio"]
+                out, pending = states.run("stream-fused", FUSED_CTX, n, slots, codec.graphs.fused_decode(codes), feed)
+                self.last_compute_s = states.last_graph.last_compute_s
             else:
-                latent = self._stages[0].run(n, codec.graphs.latent_decode(codes), feed)["latent"]
-                audio = self._stages[1].run(n, codec.graphs.wave_decode(latent.shape[1]), {"latent": latent})["audio"]
-            for stage in self._stages:
-                stage.commit()
-            self.last_compute_s = sum(stage.graph.last_compute_s for stage in self._stages)
+                out, pending = states.run("stream-latent", QUANTIZER_CTX, n, slots, codec.graphs.latent_decode(codes),
+                                          feed)
+                self.last_compute_s = states.last_graph.last_compute_s
+                latent = out["latent"]
+                out, more = states.run("stream-wave", ENCODER_CTX, n, slots, codec.graphs.wave_decode(latent.shape[1]),
+                                       {"latent": latent})
+                self.last_compute_s += states.last_graph.last_compute_s
+                pending = [pending[0] + more[0]]
+            states.commit(self._slot, pending[0], n)
             self.frames_pushed += n
-        return audio.reshape(-1)
+        return out["audio"].reshape(-1)
 
     def flush(self) -> np.ndarray:
         """The samples still held back (none: every layer is causal), then reset."""
@@ -255,7 +201,8 @@ def encode_chunked(codec, audio, sample_rate: int | None = None, *, chunk_second
     chunk = max(1, round(chunk_seconds * cfg.sample_rate / spf)) * spf
     unit = spf if pad_to == "code_frame" else cfg.frame_length
     total = -(-arr.shape[-1] // unit) * unit
-    streams = (_Stream(codec, "stream-enc", ENCODER_CTX), _Stream(codec, "stream-enc2", QUANTIZER_CTX))
+    states = StreamStates(codec, 1)
+    slot = states.new_slot()
     parts: dict[str, list] = {"codes": [], "margins": [], "latent": [], "pre_module": []}
     for start in range(0, total, chunk):
         stop = min(start + chunk, total)
@@ -263,11 +210,12 @@ def encode_chunked(codec, audio, sample_rate: int | None = None, *, chunk_second
         x = np.pad(x, (0, stop - start - x.shape[0]))
         with codec._lock:
             codec._live()
-            latent = streams[0].run(x.shape[0], codec.graphs.latent_encode(x), {"audio": x[None, :]})["latent"]
-            latent = latent.reshape(cfg.encoder.latent_dim, -1)
-            z = streams[1].run(latent.shape[1], codec.graphs.stage_encode(latent.shape[1]), {"latent": latent})
-            for s in streams:
-                s.commit()
+            out, pending = states.run("stream-enc", ENCODER_CTX, x.shape[0], [slot], codec.graphs.latent_encode(x),
+                                      {"audio": x[None, :]})
+            latent = out["latent"].reshape(cfg.encoder.latent_dim, -1)
+            z, more = states.run("stream-enc2", QUANTIZER_CTX, latent.shape[1], [slot],
+                                 codec.graphs.stage_encode(latent.shape[1]), {"latent": latent})
+            states.commit(slot, pending[0] + more[0], 0)
         z = z["pre_module"].reshape(-1, cfg.quantizer.input_dim)
         codes, margins, _ = vq.residual_quantize(codec._model.vq_stages, z)
         parts["codes"].append(codes)

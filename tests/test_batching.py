@@ -171,11 +171,11 @@ def test_failed_step_moves_no_stream(codec, monkeypatch):
     real_run = Graph.run
     calls = {"n": 0}
 
-    def failing_run(self, fresh=None):
+    def failing_run(self, fresh=None, bound=None):
         if "latent" in (fresh or {}):  # the decoder stage of the step, after the latent stage ran
             calls["n"] += 1
             raise pyggml_codec.GraphError("injected failure")
-        return real_run(self, fresh)
+        return real_run(self, fresh, bound)
 
     with codec.batch_stream_decoder(2) as bsd:
         s0, s1 = bsd.join(), bsd.join()

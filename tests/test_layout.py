@@ -19,7 +19,7 @@ LAYERS = [
     {"tools"},
     {"api"},
     {"codec"},
-    {"streaming", "batching"},
+    {"streaming", "batching", "stream_state"},
     {"io"},
     {"inputs"},
     {"graphs"},

@@ -8,7 +8,8 @@ import pytest
 import pyggml_codec
 from parity import max_abs, random_codes, rel_rms, report, signal
 from pyggml_codec.codec import DECODE_CHUNK_FRAMES
-from pyggml_codec.streaming import append_state, windowed_schedule
+from pyggml_codec.stream_state import append_state
+from pyggml_codec.streaming import windowed_schedule
 
 # f32 mode: the streamed graph computes the same sums as one pass except the attention
 # rows (carried + masked key slots change the summation grouping) and the Winograd convs'
@@ -126,6 +127,37 @@ def test_stream_validates_chunks(codec):
         with pytest.warns(RuntimeWarning, match="clamped"):
             sd.push(bad)
         assert sd.frames_pushed == 3
+
+
+@pytest.mark.parametrize("kv", ["arena", "concat"])
+def test_kv_lowerings_stream_alike(tiny_model, kv):
+    """Both lowerings of a streamed attention's keys and values (host arena rows read and written
+    in place, or carried state concatenated in the graph) give the one-shot decode, one stream and
+    a batched step, through the arena's moves (a one-frame stream moves its window back every
+    ARENA_SLACK frames) and a reused slot. Metric: max abs against one graph; bound 1e-6."""
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1, lowerings={"kv": kv}) as c:
+        sizes = c.config.quantizer.codebook_sizes
+        codes = random_codes(sizes, 150, seed=12)  # > ARENA_SLACK + window at one frame a chunk
+        c.decode_chunk_frames = None
+        want = c.decode(codes[:, :90])
+        got = _streamed(c, _chunks(codes[:, :90], [1] * 70 + [20]))
+        _, err = report(f"kv={kv} one stream, 70 x 1 frame then 20", got, want)
+        assert err <= F32_MAX_ABS
+        assert c.lowerings["kv"] == kv
+        with c.batch_stream_decoder(2) as bsd:
+            a, b = bsd.join(), bsd.join()
+            first = [bsd.push({a: codes[:, i:i + 1], b: codes[:, 60 + i:61 + i]}) for i in range(30)]
+            bsd.leave(b)
+            for rows in bsd._states._kv.values():  # what a stream that blew up would leave in its rows
+                for arr in rows.arrays.values():
+                    arr[rows.cap:2 * rows.cap] = np.nan
+            c2 = bsd.join()  # b's slot again: its rows must not reach the new stream
+            rest = [bsd.push({a: codes[:, 30 + i:31 + i], c2: codes[:, i:i + 1]}) for i in range(10)]
+        got_a = np.concatenate([o[a] for o in first + rest])
+        got_c = np.concatenate([o[c2] for o in rest])
+        for name, g, w in (("a", got_a, want[:40 * 2048]), ("new stream in a reused slot", got_c, want[:10 * 2048])):
+            _, err = report(f"kv={kv} batched {name}", g, w)
+            assert err <= F32_MAX_ABS
 
 
 @pytest.mark.slow

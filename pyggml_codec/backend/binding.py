@@ -81,8 +81,9 @@ lib.ggml_log_set(_log_callback, None)
 TYPE_F32 = lib.GGML_TYPE_F32
 TYPE_F16 = lib.GGML_TYPE_F16
 TYPE_I32 = lib.GGML_TYPE_I32
-TYPE_NAMES = {TYPE_F32: "F32", TYPE_F16: "F16", TYPE_I32: "I32"}
-NP_DTYPES = {TYPE_F32: np.float32, TYPE_F16: np.float16, TYPE_I32: np.int32}
+TYPE_I64 = lib.GGML_TYPE_I64  # ggml_set_rows' row indices
+TYPE_NAMES = {TYPE_F32: "F32", TYPE_F16: "F16", TYPE_I32: "I32", TYPE_I64: "I64"}
+NP_DTYPES = {TYPE_F32: np.float32, TYPE_F16: np.float16, TYPE_I32: np.int32, TYPE_I64: np.int64}
 MAX_NAME = lib.GGML_MAX_NAME
 DEVICE_TYPE_NAMES = {
     lib.GGML_BACKEND_DEVICE_TYPE_CPU: "cpu",

@@ -24,6 +24,7 @@ from ..errors import BackendError, GraphError
 
 # ops that only describe memory (no kernel runs for them)
 LAYOUT_OPS = frozenset({"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
+BOUND_ALIGN = 64  # bytes: the alignment of memory lent to bound inputs (ggml's buffers need 32)
 
 
 def new_context(mem_bytes: int) -> int:
@@ -87,6 +88,11 @@ class Graph:
 
     def __init__(self, backend: Backend, ctx_bytes: int, n_nodes: int = 16384):
         self.backend = backend
+        # Leaves whose memory the caller lends at every run (``builder.bound``, CPU only): their
+        # views, and the placeholder they point at between runs
+        self.bound_views: dict[str, list] = {}
+        self.bound_arrays: dict[str, np.ndarray] = {}
+        self._placeholder: tuple[np.ndarray, int] | None = None
         self.ctx = new_context(ctx_bytes + lib.ggml_graph_overhead_custom(n_nodes, False))
         self.gf = lib.ggml_new_graph_custom(self.ctx, n_nodes, False)
         self.n_nodes = n_nodes
@@ -109,6 +115,7 @@ class Graph:
         self.outputs = dict(outputs)
         if lib.ggml_graph_n_nodes(self.gf) >= self.n_nodes:
             raise GraphError(f"graph has more than {self.n_nodes} nodes")
+        self._place_bound(builder.bound)
         on_cpu = self._nodes_for_cpu()
         if on_cpu:
             self._allocate_scheduled(on_cpu)
@@ -118,6 +125,55 @@ class Graph:
                 raise GraphError("could not allocate the graph's compute buffer")
         # An input no op reads gets no memory: uploading to it would abort in ggml.
         builder.inputs[:] = [(t, a) for t, a in builder.inputs if t.contents.buffer]
+        self._find_bound_views(builder.bound)
+
+    def _place_bound(self, bound: dict) -> None:
+        """Point every bound leaf at a placeholder before allocation, so that the allocator
+        leaves it alone (and its views get a buffer); ``run`` lends the real memory."""
+        if not bound:
+            return
+        if not self.backend.is_cpu or self.backend.cpu_ops:
+            raise GraphError(f"bound inputs ({', '.join(bound)}) need the CPU backend, not {self.backend.name}")
+        raw = np.zeros(2 * BOUND_ALIGN, np.uint8)
+        address = raw.ctypes.data + (-raw.ctypes.data) % BOUND_ALIGN
+        buffer = lib.ggml_backend_cpu_buffer_from_ptr(address, BOUND_ALIGN)
+        if not buffer:
+            raise GraphError("could not make the placeholder buffer of the bound inputs")
+        self._placeholder = (raw, buffer)
+        for t in bound.values():
+            t.contents.buffer = buffer
+            t.contents.data = address
+
+    def _find_bound_views(self, bound: dict) -> None:
+        by_address = {ctypes.addressof(t.contents): name for name, t in bound.items()}
+        self.bound_views = {name: [] for name in bound}
+        for i in range(lib.ggml_graph_n_nodes(self.gf)):
+            node = lib.ggml_graph_node(self.gf, i)
+            src = node.contents.view_src
+            name = by_address.get(ctypes.addressof(src.contents)) if src else None
+            if name is not None:
+                self.bound_views[name].append(node)
+
+    def _bind(self, arrays: dict[str, np.ndarray]) -> None:
+        """Lend ``arrays`` (C-contiguous float32, aligned) to the bound leaves of the same names
+        and to their views: the graph reads and writes them in place. Every bound leaf needs one;
+        the last ones lent are kept (``bound_arrays``) for ``profile``. The caller guarantees that
+        the graph's row indices stay inside them: ggml checks indices against the leaf's shape,
+        which only states the row width."""
+        tensors = self.builder.bound if self.builder is not None else {}
+        missing = set(tensors) - set(arrays)
+        if missing:
+            raise GraphError(f"bound inputs without memory: {', '.join(sorted(missing))}")
+        for name, array in arrays.items():
+            t = tensors[name]
+            if (array.dtype != np.float32 or not array.flags.c_contiguous or array.ctypes.data % BOUND_ALIGN
+                    or array.ndim != 2 or array.shape[1] != int(t.contents.ne[0])):
+                raise GraphError(f"bound input {name}: need an aligned C-contiguous float32 array of rows of "
+                                 f"{int(t.contents.ne[0])}, got {array.dtype} {array.shape}")
+            t.contents.data = array.ctypes.data
+            for view in self.bound_views[name]:
+                view.contents.data = array.ctypes.data + int(view.contents.view_offs)
+        self.bound_arrays = dict(arrays)
 
     def _nodes_for_cpu(self) -> list:
         if self.backend.is_cpu and not self.backend.cpu_ops:
@@ -191,8 +247,12 @@ class Graph:
                 return array
         raise KeyError(name)
 
-    def run(self, fresh_inputs: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-        """Upload every input (``fresh_inputs`` replace stored ones by name), compute, download."""
+    def run(self, fresh_inputs: dict[str, np.ndarray] | None = None,
+            bound: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Upload every input (``fresh_inputs`` replace stored ones by name), lend ``bound``
+        arrays to the bound leaves (see ``_bind``), compute, download."""
+        if self.builder is not None and self.builder.bound:
+            self._bind(bound or {})
         self._upload_inputs(fresh_inputs or {})
         start = time.perf_counter()
         with blas_single_threaded():
@@ -215,6 +275,10 @@ class Graph:
             raise GraphError(f"per-node profile needs a graph on one backend; this one runs "
                              f"{', '.join(self.cpu_nodes)} on the CPU")
         self._upload_inputs({})
+        if self.builder is not None and self.builder.bound:
+            if not self.bound_arrays:
+                raise GraphError("profile of a graph with bound inputs before any run lent them memory")
+            self._bind(self.bound_arrays)
         out = []
         for i in range(lib.ggml_graph_n_nodes(self.gf)):
             view = lib.ggml_graph_view(self.gf, i, i + 1)
@@ -244,6 +308,10 @@ class Graph:
         ctx, self.ctx = self.ctx, 0
         if ctx:
             lib.ggml_free(ctx)
+        placeholder, self._placeholder = self._placeholder, None
+        if placeholder is not None:
+            lib.ggml_backend_buffer_free(placeholder[1])
+        self.bound_arrays = {}
 
 
 class GraphCache:

@@ -23,6 +23,7 @@ LOWERING_CHOICES = {
     "conv": ("winograd", "taps", "im2col"),
     "quantized": ("native", "dequantize"),
     "matrices": ("stored", "f32"),
+    "kv": ("arena", "concat"),
 }
 
 
@@ -94,6 +95,11 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None, precision:
         # kernel, kernels.mul_mat_rowdot; half the bytes to read per product and to hold) or
         # upcast at load ("f32": GPUs, whose F16 products round the activations to F16).
         "matrices": "stored" if blas and kernels.ROWDOT else "f32",
+        # Streamed attention's keys and values: rows of a host arena that the graph writes and
+        # reads in place ("arena", the CPU: graphs/transformer.py, ops.KVArena), or state inputs
+        # and outputs that the host uploads, downloads and appends to, concatenated with the
+        # chunk's in the graph ("concat": backends whose memory the host cannot lend).
+        "kv": "arena" if backend.is_cpu else "concat",
         # Not a choice: how the backend computes products given F32 inputs (runtime.PRODUCTS);
         # ggml-vulkan's F16 path is turned off for a load in "f32" precision.
         "products": backend.products,
@@ -102,6 +108,8 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None, precision:
         if key not in LOWERING_CHOICES or value not in LOWERING_CHOICES[key]:
             choices = {k: list(v) for k, v in LOWERING_CHOICES.items()}
             raise ValueError(f"unknown lowering {key}={value!r}; choices: {choices}")
+        if key == "kv" and value == "arena" and not backend.is_cpu:
+            raise ValueError("kv='arena' lends host memory to the graph: the CPU backend only")
         if key == "kernels" and value and not backend.is_cpu:
             raise ValueError("custom kernels run on the CPU backend only")
         if key == "matrices" and value == "stored" and precision == "f32" and not (blas and kernels.ROWDOT):

@@ -53,7 +53,7 @@ class CodecGraphs:
                            conv_transpose=plan["conv_transpose"], left_pad=plan["left_pad"],
                            attention=plan["attention"], matmul=plan["matmul"] if fast_cpu else "ggml",
                            conv=layout if layout != "conv" and fast_cpu else "im2col", ru_weights=layout,
-                           quantized=plan.get("quantized", "native"))
+                           quantized=plan.get("quantized", "native"), kv=plan.get("kv", "concat"))
 
     @staticmethod
     def codes_feed(codes: np.ndarray) -> dict[str, np.ndarray]:

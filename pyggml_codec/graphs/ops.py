@@ -28,8 +28,9 @@ import numpy as np
 from ..backend import binding, kernels
 from ..backend.binding import lib, new_tensor  # noqa: F401  (new_tensor: part of the op helpers)
 
-F32, F16, I32 = binding.TYPE_F32, binding.TYPE_F16, binding.TYPE_I32
+F32, F16, I32, I64 = binding.TYPE_F32, binding.TYPE_F16, binding.TYPE_I32, binding.TYPE_I64
 MASKED = -1e9  # the C++ engine's fill value for masked attention scores
+BOUND_ROWS = 1 << 24  # the row count a bound leaf declares (Builder.bound_input)
 
 Tensor = Any  # a ggml tensor pointer
 
@@ -57,6 +58,27 @@ class Carry:
     # States whose output holds only the chunk's new entries (attention keys and values): the
     # driver appends them along this numpy axis of one stream's state and keeps its length.
     appended: dict[str, int] = field(default_factory=dict)
+    # Streamed attention in the "arena" lowering (``Builder.kv``): per transformer, by its
+    # positions input, where its layers' keys and values live (see KVArena)
+    kv: dict[str, "KVArena"] = field(default_factory=dict)
+
+
+@dataclass
+class KVArena:
+    """The keys and values of one streamed transformer's layers, kept by the driver in host
+    memory that the graph reads and writes in place (``Builder.bound``): per leaf, rows of
+    ``width`` floats, one row per position of a stream. Each chunk the graph writes its
+    ``n`` new rows per stream at the rows the ``write`` input lists (``ggml_set_rows``), then
+    gathers each stream's ``window - 1`` carried rows and its new ones, in time order, from the
+    rows the ``read`` input lists (``ggml_get_rows``)."""
+
+    write: str
+    read: str
+    n: int  # new positions per stream
+    hist: int  # carried positions per stream: window - 1
+    width: int
+    leaves: list[str] = field(default_factory=list)  # bound inputs (Builder.bound_input), one per layer and k / v
+    indices: tuple = ()  # the write and read input tensors
 
 
 class Choices(dict):
@@ -104,6 +126,9 @@ class Builder:
     ru_weights: str = "conv"  # layout of the residual-unit conv weights: "conv", "taps", "winograd"
     quantized: str = "native"  # products with a quantized weight: ggml's quantized kernel ("native",
     # activations quantized too) or the weight dequantized in the graph, an F32 product ("dequantize")
+    kv: str = "concat"  # streamed attention's keys and values: state inputs concatenated with the
+    # chunk's ("concat") or rows of a host arena read and written in place ("arena", CPU; KVArena)
+    bound: dict[str, Tensor] = field(default_factory=dict)  # leaves whose memory a run lends (CPU)
 
     @property
     def f16_convs(self) -> bool:
@@ -116,6 +141,15 @@ class Builder:
         binding.set_name(t, name)
         lib.ggml_set_input(t)
         self.inputs.append((t, array))
+        return t
+
+    def bound_input(self, name: str, width: int) -> Tensor:
+        """A leaf of F32 rows of ``width`` whose memory each run lends (``Graph.run(bound=...)``),
+        read and written in place; its row count is the lent array's (the shape says
+        :data:`BOUND_ROWS`, so row indices are checked by the driver, not by ggml)."""
+        t = new_tensor(self.ctx, F32, (width, BOUND_ROWS))
+        binding.set_name(t, name)
+        self.bound[name] = t
         return t
 
     def mark(self, name: str, t: Tensor) -> Tensor:

@@ -66,8 +66,9 @@ def _split_heads(g: Builder, qkv: Tensor, cfg: TransformerConfig, n: int) -> tup
     return view(nh, 0), view(nkv, nh), view(nkv, nh + nkv)
 
 
-def stream_inputs(g: Builder, n: int, window: int, prefix: str) -> tuple[Tensor, Tensor]:
-    """Positions and mask inputs of a streamed chunk; the driver feeds both per chunk."""
+def stream_inputs(g: Builder, n: int, window: int, prefix: str, width: int) -> tuple[Tensor, Tensor, ops.KVArena | None]:
+    """Positions and mask inputs of a streamed chunk, which the driver feeds per chunk, and in
+    the "arena" lowering the spec of where the layers' keys and values (rows of ``width``) live."""
     if window < 1:
         raise ValueError("streaming needs a bounded attention window")
     pos_name, mask_name = f"{prefix}.pos"[-60:], f"{prefix}.mask"[-60:]
@@ -77,7 +78,17 @@ def stream_inputs(g: Builder, n: int, window: int, prefix: str) -> tuple[Tensor,
     mask = history_mask(n // b, window, 0)
     if b > 1:
         mask = np.ascontiguousarray(np.broadcast_to(mask, (b, 1, *mask.shape)))  # ne [T_k, n, 1, B]
-    return positions_input(g, n, pos_name), g.input(mask_name, mask)
+    arena = None
+    if g.kv == "arena" and window > 1:
+        g.lowerings["kv"] = "arena"
+        hist, n_one = window - 1, n // b
+        arena = ops.KVArena(f"{prefix}.kv_write"[-60:], f"{prefix}.kv_read"[-60:], n_one, hist, width)
+        arena.indices = (g.input(arena.write, np.arange(hist, hist + n, dtype=np.int64), ops.I64),  # fed per chunk
+                         g.input(arena.read, np.arange((hist + n_one) * b, dtype=np.int32), ops.I32))
+        g.stream.kv[pos_name] = arena
+    elif window > 1:
+        g.lowerings["kv"] = "concat"
+    return positions_input(g, n, pos_name), g.input(mask_name, mask), arena
 
 
 def _with_history(g: Builder, k: Tensor, v: Tensor, hist: int) -> tuple[Tensor, Tensor]:
@@ -111,6 +122,40 @@ def _batched_stream_attention(g: Builder, q: Tensor, k: Tensor, v: Tensor, cfg: 
     scores = ops.mul_mat(g, lib.ggml_permute(g.ctx, k, 0, 2, 1, 3), q)  # [T_k, n, H, B]
     probs = lib.ggml_soft_max_ext(g.ctx, scores, mask, 1.0 / float(np.sqrt(cfg.head_dim)), 0.0)
     out = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, ops.mul_mat(g, v_t, probs), 0, 2, 1, 3))  # [hd, H, n, B]
+    return ops.reshape_2d(g, out, hd * nh, t)
+
+
+def _arena_rows(g: Builder, arena: ops.KVArena, x: Tensor) -> Tensor:
+    """This chunk's rows ``x`` [hd, Hkv, n * B] written into a new bound leaf of ``arena`` at the
+    ``write`` rows, then every stream's window, its carried rows then its new ones, gathered from
+    it: [hd, Hkv, hist + n, B], time order."""
+    hd, nkv, t = ops.shape(x)[:3]
+    name = f"arena.{sum(len(a.leaves) for a in g.stream.kv.values())}"
+    arena.leaves.append(name)
+    leaf = g.bound_input(name, arena.width)
+    write, read = arena.indices
+    written = lib.ggml_set_rows(g.ctx, leaf, ops.reshape_2d(g, lib.ggml_cont(g.ctx, x), hd * nkv, t), write)
+    rows = lib.ggml_get_rows(g.ctx, written, read)  # [hd * Hkv, (hist + n) * B]
+    return lib.ggml_reshape_4d(g.ctx, rows, hd, nkv, arena.hist + arena.n, g.stream.batch)
+
+
+def _arena_attention(g: Builder, q: Tensor, k: Tensor, v: Tensor, cfg: TransformerConfig, mask: Tensor,
+                     arena: ops.KVArena) -> Tensor:
+    """Streamed attention in the "arena" lowering (``ops.KVArena``), for one stream or a batched
+    step (``ops.Carry.batch`` streams of n tokens in turn): each stream's queries against its
+    carried keys then its own, read in place from the driver's arena, the streams as ggml's
+    fourth dimension. Values stay in time order: the product over keys is ``ggml_out_prod``
+    against the transposed probabilities (a view), so no window is copied or transposed but by
+    the one gather. Returns [hd * H, n * B]."""
+    b, (hd, nh, t) = g.stream.batch, ops.shape(q)[:3]
+    n = t // b
+    keys = lib.ggml_permute(g.ctx, _arena_rows(g, arena, k), 0, 2, 1, 3)  # [hd, T_k, Hkv, B]
+    values = lib.ggml_permute(g.ctx, _arena_rows(g, arena, v), 0, 2, 1, 3)  # [hd, T_k, Hkv, B]
+    q = lib.ggml_permute(g.ctx, lib.ggml_reshape_4d(g.ctx, q, hd, nh, n, b), 0, 2, 1, 3)  # [hd, n, H, B]
+    scores = ops.mul_mat(g, keys, q)  # [T_k, n, H, B]
+    probs = lib.ggml_soft_max_ext(g.ctx, scores, mask, 1.0 / float(np.sqrt(cfg.head_dim)), 0.0)
+    out = lib.ggml_out_prod(g.ctx, values, lib.ggml_transpose(g.ctx, probs))  # [hd, n, H, B]
+    out = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, out, 0, 2, 1, 3))  # [hd, H, n, B]
     return ops.reshape_2d(g, out, hd * nh, t)
 
 
@@ -174,11 +219,15 @@ def uses_blocked_attention(g: Builder, n: int, window: int) -> bool:
     return g.attention == "blocked" and g.stream is None and 0 < window and n > 2 * window
 
 
-def attention(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tensor, mask: Tensor | None) -> Tensor:
-    """Multi-head causal self-attention of CL ``x`` [dim, T] (after carried keys when streamed)."""
+def attention(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tensor, mask: Tensor | None,
+              arena: ops.KVArena | None = None) -> Tensor:
+    """Multi-head causal self-attention of CL ``x`` [dim, T] (after carried keys when streamed;
+    ``arena``: where they live in the "arena" lowering)."""
     n = ops.shape(x)[1]
     q, k, v = _split_heads(g, ops.mul_mat(g, w["attention.wqkv.weight"], x), cfg, n)
     q, k = _rope(g, q, pos, cfg), _rope(g, k, pos, cfg)
+    if arena is not None:
+        return ops.mul_mat(g, w["attention.wo.weight"], _arena_attention(g, q, k, v, cfg, mask, arena))
     if uses_blocked_attention(g, n, cfg.window):
         out = _blocked_attention(g, q, k, v, cfg, mask)
         out = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, out, 0, 2, 1, 3))  # [hd, H, T]
@@ -210,9 +259,10 @@ def feed_forward(g: Builder, x: Tensor, w: dict) -> Tensor:
     return ops.mul_mat(g, w["feed_forward.w2.weight"], ops.silu_mul(g, gate, up))
 
 
-def layer(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tensor, mask: Tensor | None) -> Tensor:
+def layer(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tensor, mask: Tensor | None,
+          arena: ops.KVArena | None = None) -> Tensor:
     h = ops.rms_norm(g, x, w["attention_norm.weight"], cfg.norm_eps)
-    x = ops.add(g, x, ops.scale_channels(g, attention(g, h, w, cfg, pos, mask), w["attention_layer_scale.gamma"]))
+    x = ops.add(g, x, ops.scale_channels(g, attention(g, h, w, cfg, pos, mask, arena), w["attention_layer_scale.gamma"]))
     h = ops.rms_norm(g, x, w["ffn_norm.weight"], cfg.norm_eps)
     return ops.add(g, x, ops.scale_channels(g, feed_forward(g, h, w), w["ffn_layer_scale.gamma"]))
 
@@ -220,8 +270,9 @@ def layer(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tensor, m
 def transformer(g: Builder, x: Tensor, weights, prefix: str, cfg: TransformerConfig, n_layer: int) -> Tensor:
     """``n_layer`` layers named ``{prefix}.layers.N.*`` and ``{prefix}.norm.weight``; CL in and out."""
     n = ops.shape(x)[1]
+    arena = None
     if g.stream is not None:
-        pos, mask = stream_inputs(g, n, cfg.window, prefix)
+        pos, mask, arena = stream_inputs(g, n, cfg.window, prefix, cfg.head_dim * cfg.n_kv_head)
     else:
         pos = positions_input(g, n, f"{prefix}.pos"[-60:])
         mask_name = f"{prefix}.mask"[-60:]
@@ -232,5 +283,5 @@ def transformer(g: Builder, x: Tensor, weights, prefix: str, cfg: TransformerCon
             mask = mask_input(g, n, cfg.window, mask_name)
     for i in range(n_layer):
         w = {name: weights[f"{prefix}.layers.{i}.{name}"] for name in LAYER_TENSORS}
-        x = layer(g, x, w, cfg, pos, mask)
+        x = layer(g, x, w, cfg, pos, mask, arena)
     return ops.rms_norm(g, x, weights[f"{prefix}.norm.weight"], cfg.norm_eps)

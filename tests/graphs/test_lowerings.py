@@ -109,7 +109,8 @@ def test_cpu_plan_and_bad_overrides(tiny_model):
         assert codec.plan == {"mask": "diag_mask_inf", "conv_transpose": "col2im", "left_pad": "pad_ext",
                               "kernels": True, "attention": "blocked", "matmul": "blas" if blas else "ggml",
                               "conv": "winograd" if blas else "im2col", "quantized": "dequantize",
-                              "matrices": "stored" if blas and kernels.ROWDOT else "f32", "products": "f32"}
+                              "matrices": "stored" if blas and kernels.ROWDOT else "f32", "kv": "arena",
+                              "products": "f32"}
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"kernels": False}) as codec:
         assert (codec.plan["matmul"], codec.plan["conv"]) == ("ggml", "im2col")
     with pytest.raises(ValueError, match="needs the compiled kernels"):

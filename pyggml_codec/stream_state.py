@@ -1,0 +1,204 @@
+"""The carried state of streams, and the one driver of the streamed graphs.
+
+A streamed graph (``graphs/build.py`` with an ``ops.Carry``) reads each causal op's state from
+inputs and writes the next state as outputs; :class:`StreamStates` keeps that state per stream
+(:class:`StreamSlot`), stacks it for a group of streams pushing the same number of frames (one
+batched graph), and commits the new state only once every graph of a step has run. In the
+"arena" lowering (the CPU) the attention layers' keys and values are not state inputs: they
+are rows of host arrays (:class:`KVRows`) that the graph writes and gathers in place, so a
+chunk moves only its own new rows. :class:`~pyggml_codec.streaming.StreamDecoder`,
+:func:`~pyggml_codec.streaming.encode_chunked` and
+:class:`~pyggml_codec.batching.BatchStreamDecoder` all drive their graphs through it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .backend import binding
+from .backend.graph import BOUND_ALIGN
+from .errors import InputError
+from .graphs import ops
+from .graphs.build import Build
+from .graphs.transformer import history_mask
+
+
+class StreamSlot:
+    """One stream's carried state between chunks: per graph kind its state arrays by input
+    name, its positions by clock, and its index among its :class:`StreamStates`' slots (its
+    rows in their key/value arenas)."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.states: dict[str, dict[str, np.ndarray]] = {}
+        self.clocks: dict[tuple[str, str], int] = {}
+        self.frames = 0
+
+    def state(self, kind: str, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        st = self.states.get(kind, {}).get(name)
+        return np.zeros(shape, np.float32) if st is None else st.reshape(shape)
+
+
+ARENA_SLACK = 64  # rows past a window before a stream's rows are moved back: a move per 64 frames at 1 a chunk
+
+
+def aligned_zeros(rows: int, width: int) -> np.ndarray:
+    """Zeros ``(rows, width)`` float32 at an address aligned as bound graph inputs need."""
+    raw = np.zeros(rows * width * 4 + BOUND_ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % BOUND_ALIGN
+    return raw[start:start + rows * width * 4].view(np.float32).reshape(rows, width)
+
+
+class KVRows:
+    """One streamed transformer's keys and values for the slots of a :class:`StreamStates`, in
+    the layout its graphs read and write in place (``ops.KVArena``): per bound leaf ``slots * cap``
+    rows; slot s owns rows ``[s cap, (s + 1) cap)``, its window (its last ``hist`` positions) at
+    ``offset[s]`` onward, and each chunk's new rows go right after it."""
+
+    def __init__(self, hist: int, width: int, slots: int):
+        self.hist, self.width, self.slots = hist, width, slots
+        self.cap = 0
+        self.arrays: dict[str, np.ndarray] = {}
+        self.offset = np.zeros(slots, np.int64)
+
+    def reserve(self, leaves: list[str], n: int) -> None:
+        """Room for a chunk of ``n`` after every window (moving the windows if the rows grow)."""
+        if self.hist + n <= self.cap and set(leaves) <= set(self.arrays):
+            return
+        cap = max(self.cap, self.hist + max(2 * n, ARENA_SLACK))
+        if self.slots * cap > ops.BOUND_ROWS:
+            raise InputError(f"{self.slots} streams of {cap} positions exceed a bound input's {ops.BOUND_ROWS} rows")
+        old, old_cap = self.arrays, self.cap
+        self.arrays = {name: aligned_zeros(self.slots * cap, self.width) for name in set(leaves) | set(old)}
+        for name, a in old.items():  # each window to the start of its slot's new rows
+            for s in range(self.slots):
+                src = s * old_cap + int(self.offset[s])
+                self.arrays[name][s * cap:s * cap + self.hist] = a[src:src + self.hist]
+        self.cap, self.offset[:] = cap, 0
+
+    def clear(self, slot: int) -> None:
+        """A new stream in ``slot``: a window of zeros (masked, and finite whatever ran there before)."""
+        for a in self.arrays.values():
+            a[slot * self.cap:slot * self.cap + self.hist] = 0.0
+        self.offset[slot] = 0
+
+    def indices(self, slots: list[int], n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The rows a chunk of ``n`` per stream writes (int64, ``n`` per slot) and reads (int32, each
+        slot's window then its new rows), moving a window back to its slot's start where the new
+        rows would not fit (a move of committed rows only: a failed chunk loses nothing)."""
+        for s in slots:
+            if self.offset[s] + self.hist + n > self.cap:
+                start = s * self.cap + int(self.offset[s])
+                for a in self.arrays.values():
+                    a[s * self.cap:s * self.cap + self.hist] = a[start:start + self.hist]
+                self.offset[s] = 0
+        first = np.array([s * self.cap + int(self.offset[s]) for s in slots], np.int64)[:, None]
+        write = (first + self.hist + np.arange(n)).ravel()
+        read = (first + np.arange(self.hist + n)).ravel().astype(np.int32)
+        return write, read
+
+
+class StreamStates:
+    """The carried state of up to ``capacity`` streams of one codec's streamed graphs, and the
+    one driver of those graphs: :meth:`run` computes one graph kind for a group of streams
+    pushing the same number of frames, stacking their states (a batched graph for several,
+    ``ops.Carry.batch``) and lending the key/value rows; the new states stay pending until
+    :meth:`commit`, so that a failure anywhere in a step's graphs leaves every stream as it was."""
+
+    def __init__(self, codec, capacity: int):
+        self.codec, self.capacity = codec, capacity
+        self._free = list(range(capacity))
+        self._kv: dict[tuple[str, str], KVRows] = {}
+        self.last_graph = None  # the graph of the last run
+
+    def new_slot(self) -> StreamSlot:
+        slot = StreamSlot(self._free.pop(0))
+        for rows in self._kv.values():
+            rows.clear(slot.index)
+        return slot
+
+    def free_slot(self, slot: StreamSlot) -> None:
+        self._free.append(slot.index)
+        self._free.sort()
+
+    def run(self, kind: str, ctx_bytes: int, n: int, slots: list[StreamSlot], build: Build,
+            feed: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list]:
+        """One graph of kind ``kind`` for ``slots`` (n frames each): its outputs but the states,
+        and per slot a list of pending updates for :meth:`commit` (add up a step's lists)."""
+        b = len(slots)
+        graph = self.codec._graph((kind, n, b) if b > 1 else (kind, n), ctx_bytes, build, streamed=True, batch=b)
+        carry = graph.builder.stream
+        shapes = {binding.lib.ggml_get_name(t).decode(): a.shape for t, a in graph.builder.inputs}
+        inputs = dict(feed)
+        for name in carry.inputs:
+            if name not in shapes:  # an input no op reads
+                continue
+            if b == 1:
+                inputs[name] = slots[0].state(kind, name, shapes[name])
+            else:
+                axis = carry.batch_axes[name]
+                one = shapes[name][:axis] + shapes[name][axis + 1:]
+                inputs[name] = np.stack([slot.state(kind, name, one) for slot in slots], axis=axis)
+        for pos, (mask, m, window) in carry.clocks.items():
+            starts = [slot.clocks.get((kind, pos), 0) for slot in slots]
+            inputs[pos] = np.concatenate([np.arange(p, p + m, dtype=np.int32) for p in starts])
+            masks = [history_mask(m, window, p) for p in starts]
+            inputs[mask] = masks[0] if b == 1 else np.stack(masks)[:, None]
+        bound, used = {}, []
+        for pos, spec in carry.kv.items():
+            rows = self._kv.get((kind, pos))
+            if rows is None:
+                rows = self._kv[(kind, pos)] = KVRows(spec.hist, spec.width, self.capacity)
+            rows.reserve(spec.leaves, spec.n)
+            inputs[spec.write], inputs[spec.read] = rows.indices([slot.index for slot in slots], spec.n)
+            bound.update({name: rows.arrays[name] for name in spec.leaves})
+            used.append((rows, spec.n))
+        out = graph.run(inputs, bound)
+        self.last_graph = graph
+        pending = []
+        for i, slot in enumerate(slots):
+            states = {name: _new_state(slot.state, kind, name, carry, shapes[name], out[name], b, i)
+                      for name in carry.outputs}
+            clocks = {(kind, pos): slot.clocks.get((kind, pos), 0) + m for pos, (_, m, _) in carry.clocks.items()}
+            pending.append([(kind, states, clocks, used)])
+        return {name: a for name, a in out.items() if name not in carry.outputs}, pending
+
+    @staticmethod
+    def commit(slot: StreamSlot, pending: list, frames: int) -> None:
+        """Apply a slot's pending updates (from :meth:`run`, every graph of a step) and count its frames."""
+        for kind, states, clocks, used in pending:
+            slot.states[kind] = states
+            slot.clocks.update(clocks)
+            for rows, n in used:
+                rows.offset[slot.index] += n
+        slot.frames += frames
+
+
+def _new_state(state, kind: str, name: str, carry, shape: tuple, out: np.ndarray, b: int, i: int) -> np.ndarray:
+    """Stream ``i``'s next state ``name`` from a graph output (``shape``: the state input's)."""
+    axis = carry.batch_axes.get(name) if b > 1 else None
+    one = shape if axis is None else shape[:axis] + shape[axis + 1:]
+    if name in carry.appended:  # this chunk's entries only: append them to the stream's own
+        new_shape = list(shape)
+        new_shape[carry.appended[name] + (axis is not None and axis <= carry.appended[name])] = -1
+        new = out.reshape(new_shape) if axis is None else np.take(out.reshape(new_shape), i, axis=axis)
+        return append_state(state(kind, name, one), new, carry.appended[name])
+    return out.reshape(shape) if axis is None else np.take(out.reshape(shape), i, axis=axis)
+
+
+def append_state(old: np.ndarray, new: np.ndarray, axis: int) -> np.ndarray:
+    """A carried history ``old`` with a chunk's ``new`` entries appended along ``axis``, cut to
+    ``old``'s length (its last entries)."""
+    new = new.reshape(old.shape[:axis] + (-1,) + old.shape[axis + 1:])
+    n, length = new.shape[axis], old.shape[axis]
+
+    def span(a: int, b: int) -> tuple:
+        return (slice(None),) * axis + (slice(a, b),)
+
+    out = np.empty_like(old)  # one copy: the kept entries of old, then new
+    if n >= length:
+        out[...] = new[span(n - length, n)]
+    else:
+        out[span(0, length - n)] = old[span(n, length)]
+        out[span(length - n, length)] = new
+    return out
