@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import binding
 from .backend.graph import BOUND_ALIGN
 from .errors import InputError
 from .graphs import ops
@@ -128,7 +127,7 @@ class StreamStates:
         b = len(slots)
         graph = self.codec._graph((kind, n, b) if b > 1 else (kind, n), ctx_bytes, build, streamed=True, batch=b)
         carry = graph.builder.stream
-        shapes = {binding.lib.ggml_get_name(t).decode(): a.shape for t, a in graph.builder.inputs}
+        shapes = {name: a.shape for name, (_, a) in zip(graph.input_names, graph.builder.inputs)}
         inputs = dict(feed)
         for name in carry.inputs:
             if name not in shapes:  # an input no op reads

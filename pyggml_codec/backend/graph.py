@@ -101,6 +101,7 @@ class Graph:
         self.cpu_helper: Backend | None = None
         self.cpu_nodes: dict[str, int] = {}
         self.builder = None
+        self.input_names: list[str] = []  # of builder.inputs, in order
         self.outputs: dict[str, Any] = {}
         self.last_compute_s = 0.0  # time inside ggml compute on the last run
 
@@ -125,6 +126,7 @@ class Graph:
                 raise GraphError("could not allocate the graph's compute buffer")
         # An input no op reads gets no memory: uploading to it would abort in ggml.
         builder.inputs[:] = [(t, a) for t, a in builder.inputs if t.contents.buffer]
+        self.input_names = [lib.ggml_get_name(t).decode() for t, _ in builder.inputs]
         self._find_bound_views(builder.bound)
 
     def _place_bound(self, bound: dict) -> None:
@@ -236,16 +238,8 @@ class Graph:
         return int(lib.ggml_gallocr_get_buffer_size(self.galloc, 0)) if self.galloc else 0
 
     def _upload_inputs(self, fresh_inputs: dict[str, np.ndarray]) -> None:
-        for t, array in self.builder.inputs:
-            name = lib.ggml_get_name(t).decode()
+        for name, (t, array) in zip(self.input_names, self.builder.inputs):
             binding.upload(t, fresh_inputs.get(name, array))
-
-    def input_array(self, name: str) -> np.ndarray:
-        """The host array input ``name`` was built with (uploaded when a run gives none)."""
-        for t, array in self.builder.inputs:
-            if lib.ggml_get_name(t).decode() == name:
-                return array
-        raise KeyError(name)
 
     def run(self, fresh_inputs: dict[str, np.ndarray] | None = None,
             bound: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:

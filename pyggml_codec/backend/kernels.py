@@ -128,16 +128,19 @@ def add_bias_residual(ctx, h, bias, x, exact: bool = False):
     return _custom(ctx, 0, h, [h, bias, x], "add_bias_residual", exact)
 
 
-def col2im(ctx, cols, k: int, stride: int, keep: list):
+def col2im(ctx, cols, k: int, stride: int, keep: list, prev=None):
     """``ggml_col2im_1d(cols, stride, Cout, 0)`` for contiguous F32 ``cols`` ``[K*Cout, T]``:
     ``[(T-1)*stride + K, Cout]``, same values. ggml 0.15.3's CPU op ran the decoder's last
-    conv-transpose (192 -> 96 channels, 1 s) in 105-203 ms on one thread."""
+    conv-transpose (192 -> 96 channels, 1 s) in 105-203 ms on one thread. ``prev`` (F32
+    ``[P, Cout]``, contiguous rows): a stream's overlap from its last chunk, the first P outputs'
+    start (as the earlier columns would have summed there in one pass)."""
     params = np.array([k, stride], dtype=np.int64)
     keep.append(params)
     cout = int(cols.contents.ne[0]) // k
     n_out = (int(cols.contents.ne[1]) - 1) * stride + k
-    args = (ctypes.POINTER(lib.ggml_tensor) * 1)(cols)
-    return lib.ggml_custom_4d(ctx, 0, n_out, cout, 1, 1, args, 1, _OPS["col2im"], N_TASKS_MAX,
+    srcs = [cols] if prev is None else [cols, prev]
+    args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
+    return lib.ggml_custom_4d(ctx, 0, n_out, cout, 1, 1, args, len(srcs), _OPS["col2im"], N_TASKS_MAX,
                               params.ctypes.data_as(ctypes.c_void_p))
 
 

@@ -262,20 +262,37 @@ def conv_transpose1d(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, s
         cols = mul_mat(g, reshape_2d(g, w, cin, k * cout), x_cl)
         y = packed.overlap(g, cols, k, stride, cout, lambda c: _col2im(g, c, k, stride, cout))
         return add_bias(g, y, b, "CF")
+    n_out = shape(x_cl)[1] * stride
     if g.conv_transpose == "col2im":
-        y = _col2im(g, mul_mat(g, reshape_2d(g, w, cin, k * cout), x_cl), k, stride, cout)
+        cols = mul_mat(g, reshape_2d(g, w, cin, k * cout), x_cl)
+        if g.stream is not None and k > stride and _col2im_kernel(g, cols):
+            # the compiled overlap-add starts from the carried overlap: no pad and add of a whole chunk
+            name, prev = carry_input(g, (k - stride, cout))
+            g.lowerings["col2im"] = "custom"
+            y = kernels.col2im(g.ctx, cols, k, stride, g.keep, prev)
+            emit_carry(g, name, lib.ggml_view_2d(g.ctx, y, k - stride, cout, y.contents.nb[1], n_out * y.contents.nb[0]))
+            return _first_samples(g, y, n_out, b)
+        y = _col2im(g, cols, k, stride, cout)
     else:
         y = lib.ggml_conv_transpose_1d(g.ctx, w, transpose(g, x_cl), stride, 0, 1)
-    n_out = shape(x_cl)[1] * stride
     if g.stream is not None and k > stride:
-        y = _overlap_tail(g, y, n_out, k - stride)
-    else:
-        y = y if k == stride else lib.ggml_cont(g.ctx, lib.ggml_view_2d(g.ctx, y, n_out, cout, y.contents.nb[1], 0))
-    return add_bias(g, y, b, "CF")
+        return add_bias(g, _overlap_tail(g, y, n_out, k - stride), b, "CF")
+    return add_bias(g, y, b, "CF") if k == stride else _first_samples(g, y, n_out, b)
+
+
+def _first_samples(g: Builder, y_cf: Tensor, n: int, b: Tensor | None) -> Tensor:
+    """The first ``n`` samples of CF ``y_cf`` plus the bias, contiguous: the bias add reads
+    the strided view (no copy of it first)."""
+    head = lib.ggml_view_2d(g.ctx, y_cf, n, shape(y_cf)[1], y_cf.contents.nb[1], 0)
+    return lib.ggml_cont(g.ctx, head) if b is None else add_bias(g, head, b, "CF")
+
+
+def _col2im_kernel(g: Builder, cols: Tensor) -> bool:
+    return g.snake_kernel and binding.tensor_type(cols) == F32
 
 
 def _col2im(g: Builder, cols: Tensor, k: int, stride: int, cout: int) -> Tensor:
-    if g.snake_kernel and binding.tensor_type(cols) == F32:  # the compiled overlap-add (CPU)
+    if _col2im_kernel(g, cols):  # the compiled overlap-add (CPU)
         g.lowerings["col2im"] = "custom"
         return kernels.col2im(g.ctx, cols, k, stride, g.keep)
     g.lowerings["col2im"] = "ggml"

@@ -205,7 +205,7 @@ void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
 void pg_col2im(void * dst_, int ith, int nth, void * userdata) {
     const int64_t * p = userdata;
     struct pg_tensor * dst = dst_;
-    const struct pg_tensor * cols = dst->src[0];
+    const struct pg_tensor * cols = dst->src[0], * prev = dst->src[1];
     const int64_t kk = p[0], st = p[1];
     const int64_t lout = dst->ne[0], cout = dst->ne[1], t_in = cols->ne[1], row = cols->ne[0];
     int64_t o0, o1;
@@ -213,6 +213,11 @@ void pg_col2im(void * dst_, int ith, int nth, void * userdata) {
     float * y = dst->data;
     const float * c = cols->data;
     for (int64_t oc = o0; oc < o1; oc++) memset(y + oc * lout, 0, sizeof(float) * (size_t)lout);
+    if (prev) {  /* a stream's overlap from its last chunk: what the earlier columns put there */
+        const int64_t tail = prev->ne[0] < lout ? prev->ne[0] : lout, ldp = (int64_t)(prev->nb[1] / sizeof(float));
+        for (int64_t oc = o0; oc < o1; oc++)
+            memcpy(y + oc * lout, (const float *)prev->data + oc * ldp, sizeof(float) * (size_t)tail);
+    }
     for (int64_t t = 0; t < t_in; t++) {
         const float * ct = c + t * row;
         for (int64_t oc = o0; oc < o1; oc++) {
