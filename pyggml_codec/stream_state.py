@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend.graph import BOUND_ALIGN
+from .backend.graph import BOUND_ALIGN, BOUND_ROWS
 from .errors import InputError
 from .graphs import ops
 from .graphs.build import Build
@@ -65,8 +65,8 @@ class KVRows:
         if self.hist + n <= self.cap and set(leaves) <= set(self.arrays):
             return
         cap = max(self.cap, self.hist + max(2 * n, ARENA_SLACK))
-        if self.slots * cap > ops.BOUND_ROWS:
-            raise InputError(f"{self.slots} streams of {cap} positions exceed a bound input's {ops.BOUND_ROWS} rows")
+        if self.slots * cap > BOUND_ROWS:
+            raise InputError(f"{self.slots} streams of {cap} positions exceed a bound input's {BOUND_ROWS} rows")
         old, old_cap = self.arrays, self.cap
         self.arrays = {name: aligned_zeros(self.slots * cap, self.width) for name in set(leaves) | set(old)}
         for name, a in old.items():  # each window to the start of its slot's new rows
@@ -81,20 +81,32 @@ class KVRows:
             a[slot * self.cap:slot * self.cap + self.hist] = 0.0
         self.offset[slot] = 0
 
-    def indices(self, slots: list[int], n: int) -> tuple[np.ndarray, np.ndarray]:
-        """The rows a chunk of ``n`` per stream writes (int64, ``n`` per slot) and reads (int32, each
-        slot's window then its new rows), moving a window back to its slot's start where the new
-        rows would not fit (a move of committed rows only: a failed chunk loses nothing)."""
+    def windows(self, slots: list[int], n: int) -> np.ndarray:
+        """The first row of each slot's window, with room for a chunk of ``n`` after it: a window
+        that would not leave it is moved back to its slot's start first (committed rows only: a
+        failed chunk loses nothing)."""
         for s in slots:
             if self.offset[s] + self.hist + n > self.cap:
                 start = s * self.cap + int(self.offset[s])
                 for a in self.arrays.values():
                     a[s * self.cap:s * self.cap + self.hist] = a[start:start + self.hist]
                 self.offset[s] = 0
-        first = np.array([s * self.cap + int(self.offset[s]) for s in slots], np.int64)[:, None]
-        write = (first + self.hist + np.arange(n)).ravel()
-        read = (first + np.arange(self.hist + n)).ravel().astype(np.int32)
-        return write, read
+        return np.array([s * self.cap + int(self.offset[s]) for s in slots], np.int64)
+
+    def lend(self, spec: ops.KVArena, slots: list[int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """What a chunk's graph gets (``spec``, n new positions per stream): the bound arrays, and
+        its row-index inputs. A batched graph writes the chunk's rows after each window and
+        gathers each window with them (``spec.gather``); one stream's graph gets its window and the
+        rows after it as the bound array itself, and writes its rows at the end of it."""
+        self.reserve(spec.leaves, spec.n)
+        first = self.windows(slots, spec.n)
+        if not spec.gather:
+            start, stop = int(first[0]), int(first[0]) + self.hist + spec.n
+            return ({name: self.arrays[name][start:stop] for name in spec.leaves},
+                    {spec.write: np.arange(self.hist, self.hist + spec.n, dtype=np.int64)})
+        write = (first[:, None] + self.hist + np.arange(spec.n)).ravel()
+        read = (first[:, None] + np.arange(self.hist + spec.n)).ravel().astype(np.int32)
+        return {name: self.arrays[name] for name in spec.leaves}, {spec.write: write, spec.read: read}
 
 
 class StreamStates:
@@ -148,9 +160,9 @@ class StreamStates:
             rows = self._kv.get((kind, pos))
             if rows is None:
                 rows = self._kv[(kind, pos)] = KVRows(spec.hist, spec.width, self.capacity)
-            rows.reserve(spec.leaves, spec.n)
-            inputs[spec.write], inputs[spec.read] = rows.indices([slot.index for slot in slots], spec.n)
-            bound.update({name: rows.arrays[name] for name in spec.leaves})
+            arrays, indices = rows.lend(spec, [slot.index for slot in slots])
+            bound.update(arrays)
+            inputs.update(indices)
             used.append((rows, spec.n))
         out = graph.run(inputs, bound)
         self.last_graph = graph

@@ -24,7 +24,8 @@ from ..errors import BackendError, GraphError
 
 # ops that only describe memory (no kernel runs for them)
 LAYOUT_OPS = frozenset({"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
-BOUND_ALIGN = 64  # bytes: the alignment of memory lent to bound inputs (ggml's buffers need 32)
+BOUND_ALIGN = 64  # bytes: the alignment of a bound leaf's placeholder (ggml's buffers need 32), and of arenas
+BOUND_ROWS = 1 << 24  # the row count a bound leaf declares where the lent array's is the real one
 
 
 def new_context(mem_bytes: int) -> int:
@@ -157,7 +158,7 @@ class Graph:
                 self.bound_views[name].append(node)
 
     def _bind(self, arrays: dict[str, np.ndarray]) -> None:
-        """Lend ``arrays`` (C-contiguous float32, aligned) to the bound leaves of the same names
+        """Lend ``arrays`` (C-contiguous float32) to the bound leaves of the same names
         and to their views: the graph reads and writes them in place. Every bound leaf needs one;
         the last ones lent are kept (``bound_arrays``) for ``profile``. The caller guarantees that
         the graph's row indices stay inside them: ggml checks indices against the leaf's shape,
@@ -168,10 +169,11 @@ class Graph:
             raise GraphError(f"bound inputs without memory: {', '.join(sorted(missing))}")
         for name, array in arrays.items():
             t = tensors[name]
-            if (array.dtype != np.float32 or not array.flags.c_contiguous or array.ctypes.data % BOUND_ALIGN
-                    or array.ndim != 2 or array.shape[1] != int(t.contents.ne[0])):
-                raise GraphError(f"bound input {name}: need an aligned C-contiguous float32 array of rows of "
-                                 f"{int(t.contents.ne[0])}, got {array.dtype} {array.shape}")
+            width, rows = int(t.contents.ne[0]), int(t.contents.ne[1])
+            if (array.dtype != np.float32 or not array.flags.c_contiguous or array.ndim != 2 or array.shape[1] != width or array.shape[0] < rows < BOUND_ROWS):
+                want = f"rows of {width}" if rows >= BOUND_ROWS else f"{rows} rows of {width}"
+                raise GraphError(f"bound input {name}: need a C-contiguous float32 array of {want}, "
+                                 f"got {array.dtype} {array.shape}")
             t.contents.data = array.ctypes.data
             for view in self.bound_views[name]:
                 view.contents.data = array.ctypes.data + int(view.contents.view_offs)

@@ -27,10 +27,10 @@ import numpy as np
 
 from ..backend import binding, kernels
 from ..backend.binding import lib, new_tensor  # noqa: F401  (new_tensor: part of the op helpers)
+from ..backend.graph import BOUND_ROWS
 
 F32, F16, I32, I64 = binding.TYPE_F32, binding.TYPE_F16, binding.TYPE_I32, binding.TYPE_I64
 MASKED = -1e9  # the C++ engine's fill value for masked attention scores
-BOUND_ROWS = 1 << 24  # the row count a bound leaf declares (Builder.bound_input)
 
 Tensor = Any  # a ggml tensor pointer
 
@@ -70,13 +70,15 @@ class KVArena:
     ``width`` floats, one row per position of a stream. Each chunk the graph writes its
     ``n`` new rows per stream at the rows the ``write`` input lists (``ggml_set_rows``), then
     gathers each stream's ``window - 1`` carried rows and its new ones, in time order, from the
-    rows the ``read`` input lists (``ggml_get_rows``)."""
+    rows the ``read`` input lists (``ggml_get_rows``). One stream's graph (``gather`` False) is
+    lent just its window and the rows after it, in which it writes its rows at the end: no gather."""
 
     write: str
-    read: str
+    read: str | None
     n: int  # new positions per stream
     hist: int  # carried positions per stream: window - 1
     width: int
+    gather: bool  # several streams (a batched step): gather each one's window
     leaves: list[str] = field(default_factory=list)  # bound inputs (Builder.bound_input), one per layer and k / v
     indices: tuple = ()  # the write and read input tensors
 
@@ -143,11 +145,12 @@ class Builder:
         self.inputs.append((t, array))
         return t
 
-    def bound_input(self, name: str, width: int) -> Tensor:
-        """A leaf of F32 rows of ``width`` whose memory each run lends (``Graph.run(bound=...)``),
-        read and written in place; its row count is the lent array's (the shape says
-        :data:`BOUND_ROWS`, so row indices are checked by the driver, not by ggml)."""
-        t = new_tensor(self.ctx, F32, (width, BOUND_ROWS))
+    def bound_input(self, name: str, width: int, rows: int = BOUND_ROWS) -> Tensor:
+        """A leaf of ``rows`` F32 rows of ``width`` whose memory each run lends
+        (``Graph.run(bound=...)``), read and written in place. Where the row count is the lent
+        array's, the shape says :data:`BOUND_ROWS`, and row indices are checked by the driver,
+        not by ggml."""
+        t = new_tensor(self.ctx, F32, (width, rows))
         binding.set_name(t, name)
         self.bound[name] = t
         return t

@@ -82,9 +82,11 @@ def stream_inputs(g: Builder, n: int, window: int, prefix: str, width: int) -> t
     if g.kv == "arena" and window > 1:
         g.lowerings["kv"] = "arena"
         hist, n_one = window - 1, n // b
-        arena = ops.KVArena(f"{prefix}.kv_write"[-60:], f"{prefix}.kv_read"[-60:], n_one, hist, width)
-        arena.indices = (g.input(arena.write, np.arange(hist, hist + n, dtype=np.int64), ops.I64),  # fed per chunk
-                         g.input(arena.read, np.arange((hist + n_one) * b, dtype=np.int32), ops.I32))
+        arena = ops.KVArena(f"{prefix}.kv_write"[-60:], f"{prefix}.kv_read"[-60:] if b > 1 else None, n_one, hist,
+                            width, gather=b > 1)
+        write = g.input(arena.write, np.arange(hist, hist + n, dtype=np.int64), ops.I64)  # fed per chunk
+        read = g.input(arena.read, np.arange((hist + n_one) * b, dtype=np.int32), ops.I32) if b > 1 else None
+        arena.indices = (write, read)
         g.stream.kv[pos_name] = arena
     elif window > 1:
         g.lowerings["kv"] = "concat"
@@ -128,14 +130,18 @@ def _batched_stream_attention(g: Builder, q: Tensor, k: Tensor, v: Tensor, cfg: 
 def _arena_rows(g: Builder, arena: ops.KVArena, x: Tensor) -> Tensor:
     """This chunk's rows ``x`` [hd, Hkv, n * B] written into a new bound leaf of ``arena`` at the
     ``write`` rows, then every stream's window, its carried rows then its new ones, gathered from
-    it: [hd, Hkv, hist + n, B], time order."""
+    it (one stream's graph: the leaf is that window): [hd, Hkv, hist + n, B], time order."""
     hd, nkv, t = ops.shape(x)[:3]
     name = f"arena.{sum(len(a.leaves) for a in g.stream.kv.values())}"
     arena.leaves.append(name)
-    leaf = g.bound_input(name, arena.width)
     write, read = arena.indices
-    written = lib.ggml_set_rows(g.ctx, leaf, ops.reshape_2d(g, lib.ggml_cont(g.ctx, x), hd * nkv, t), write)
-    rows = lib.ggml_get_rows(g.ctx, written, read)  # [hd * Hkv, (hist + n) * B]
+    if arena.gather:
+        leaf = g.bound_input(name, arena.width)
+    else:  # one stream: lent its window and the rows after it
+        leaf = g.bound_input(name, arena.width, arena.hist + arena.n)
+    rows = lib.ggml_set_rows(g.ctx, leaf, ops.reshape_2d(g, lib.ggml_cont(g.ctx, x), hd * nkv, t), write)
+    if arena.gather:
+        rows = lib.ggml_get_rows(g.ctx, rows, read)  # [hd * Hkv, (hist + n) * B]
     return lib.ggml_reshape_4d(g.ctx, rows, hd, nkv, arena.hist + arena.n, g.stream.batch)
 
 

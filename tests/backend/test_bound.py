@@ -8,7 +8,7 @@ import pytest
 
 from pyggml_codec.backend import runtime
 from pyggml_codec.backend.binding import lib
-from pyggml_codec.backend.graph import BOUND_ALIGN, Graph
+from pyggml_codec.backend.graph import Graph
 from pyggml_codec.errors import GraphError
 from pyggml_codec.graphs import ops
 from pyggml_codec.stream_state import aligned_zeros
@@ -51,9 +51,31 @@ def test_bound_inputs_refuse_missing_or_ill_formed_memory(graph):
     with pytest.raises(GraphError, match="before any run"):
         graph.profile()
     rows = aligned_zeros(10, 8)
-    raw = np.zeros(10 * 8 * 4 + BOUND_ALIGN + 4, np.uint8)
-    start = (-raw.ctypes.data) % BOUND_ALIGN + 4
-    misaligned = raw[start:start + 320].view(np.float32).reshape(10, 8)
-    for bad in (rows.astype(np.float64), rows[:, :4], np.asfortranarray(rows), misaligned, rows.reshape(-1)):
+    for bad in (rows.astype(np.float64), rows[:, :4], np.asfortranarray(rows), rows.reshape(-1)):
         with pytest.raises(GraphError, match="bound input rows"):
             graph.run({}, {"rows": bad})
+
+
+def test_a_bound_leaf_of_stated_rows_is_lent_a_window():
+    """A leaf that states its rows (one stream's key/value window) takes a slice of a larger
+    array, written in place, and refuses a shorter one."""
+    backend = runtime.start_backend("cpu")
+    g = Graph(backend, 16 << 20)
+    try:
+        def build(b):
+            leaf = b.bound_input("window", 8, rows=5)
+            new = b.input("new", np.full((2, 8), 3.0, np.float32))
+            return {"w": lib.ggml_cont(b.ctx, lib.ggml_set_rows(b.ctx, leaf, new, b.input("at", np.array([3, 4], np.int64), ops.I64)))}
+
+        g.build(build, ops.Builder(ctx=g.ctx))
+        arena = aligned_zeros(12, 8)
+        arena[6:9] = 1.0
+        out = g.run({}, {"window": arena[6:11]})["w"]
+        np.testing.assert_array_equal(out, np.concatenate([np.ones((3, 8)), np.full((2, 8), 3.0)]))
+        np.testing.assert_array_equal(arena[9:11], 3.0)
+        assert not arena[11].any() and not arena[:6].any()
+        with pytest.raises(GraphError, match="5 rows of 8"):
+            g.run({}, {"window": arena[6:10]})
+    finally:
+        g.free()
+        backend.free()
