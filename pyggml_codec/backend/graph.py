@@ -91,6 +91,7 @@ class Graph:
         self.backend = backend
         # Leaves whose memory the caller lends at every run (``builder.bound``, CPU only): their
         # views, and the placeholder they point at between runs
+        self.bound: dict[str, Any] = {}
         self.bound_views: dict[str, list] = {}
         self.bound_arrays: dict[str, np.ndarray] = {}
         self._placeholder: tuple[np.ndarray, int] | None = None
@@ -117,7 +118,8 @@ class Graph:
         self.outputs = dict(outputs)
         if lib.ggml_graph_n_nodes(self.gf) >= self.n_nodes:
             raise GraphError(f"graph has more than {self.n_nodes} nodes")
-        self._place_bound(builder.bound)
+        self.bound = dict(getattr(builder, "bound", {}))  # a builder without bound inputs may omit them
+        self._place_bound(self.bound)
         on_cpu = self._nodes_for_cpu()
         if on_cpu:
             self._allocate_scheduled(on_cpu)
@@ -128,7 +130,7 @@ class Graph:
         # An input no op reads gets no memory: uploading to it would abort in ggml.
         builder.inputs[:] = [(t, a) for t, a in builder.inputs if t.contents.buffer]
         self.input_names = [lib.ggml_get_name(t).decode() for t, _ in builder.inputs]
-        self._find_bound_views(builder.bound)
+        self._find_bound_views(self.bound)
 
     def _place_bound(self, bound: dict) -> None:
         """Point every bound leaf at a placeholder before allocation, so that the allocator
@@ -163,7 +165,7 @@ class Graph:
         the last ones lent are kept (``bound_arrays``) for ``profile``. The caller guarantees that
         the graph's row indices stay inside them: ggml checks indices against the leaf's shape,
         which only states the row width."""
-        tensors = self.builder.bound if self.builder is not None else {}
+        tensors = self.bound
         missing = set(tensors) - set(arrays)
         if missing:
             raise GraphError(f"bound inputs without memory: {', '.join(sorted(missing))}")
@@ -247,7 +249,7 @@ class Graph:
             bound: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Upload every input (``fresh_inputs`` replace stored ones by name), lend ``bound``
         arrays to the bound leaves (see ``_bind``), compute, download."""
-        if self.builder is not None and self.builder.bound:
+        if self.bound:
             self._bind(bound or {})
         self._upload_inputs(fresh_inputs or {})
         start = time.perf_counter()
@@ -271,7 +273,7 @@ class Graph:
             raise GraphError(f"per-node profile needs a graph on one backend; this one runs "
                              f"{', '.join(self.cpu_nodes)} on the CPU")
         self._upload_inputs({})
-        if self.builder is not None and self.builder.bound:
+        if self.bound:
             if not self.bound_arrays:
                 raise GraphError("profile of a graph with bound inputs before any run lent them memory")
             self._bind(self.bound_arrays)
