@@ -73,7 +73,7 @@ def _load(module: str, ops: tuple[str, ...]):
         return None, f"compiled kernels are from another version (missing {', '.join(missing)}; reinstall)"
     table = {op: kind(address(sym)) for op, (sym, kind) in symbols.items()}
     table["f16c"] = bool(klib.pg_has_f16c())
-    table["rowdot"] = bool(getattr(klib, "pg_rowdot_vector", lambda: 0)())
+    table["rowdot"] = int(getattr(klib, "pg_rowdot_lanes", lambda: 0)())  # floats per vector; 0: none
     table["by_address"] = {address(sym): op for op, (sym, _) in symbols.items()}
     return table, None
 
@@ -290,7 +290,20 @@ WINO_MIN_TILES, WINO_MIN_BLOCKS, WINO_SPLIT_CHANNELS_BELOW = 128, 2, 1024
 # At most this many tiles per thread block (a streamed chunk: 8-9 in decoder block 1 at one
 # frame), the n products are row products (pg_rowdot): OpenBLAS packs every transformed matrix
 # for them (3.8 ms for one 768-channel conv of 32 samples, against 0.9 to read its weights).
+# With 16-float vectors (AVX-512) up to WINO_ROWDOT_MAX_TILES_16: the row products ran decoder
+# block 1's three convs of a 4-frame chunk (32-36 tiles) in 7.9-8.0 ms against OpenBLAS's 10.4,
+# 8 streams at one frame (64-72 tiles) in 17.6 against 20.2, block 2 at one frame in 4.1 against
+# 4.5 (2 threads, interleaved, minimum of 21); with 8-float vectors (AVX2) they lost to the BLAS
+# there (107 GFLOP/s against 138-171 at 36-72 tiles), and at 128 tiles and more, with 16 too.
 WINO_ROWDOT_MAX_TILES = 16
+WINO_ROWDOT_MAX_TILES_16 = 80
+
+
+def wino_rowdot_tiles() -> int:
+    """The most tiles a Winograd product takes by row products in this build (0: none)."""
+    if not ROWDOT:
+        return 0
+    return WINO_ROWDOT_MAX_TILES_16 if _OPS["rowdot"] >= 16 else WINO_ROWDOT_MAX_TILES
 WINO_BALANCE = 12  # block counts rounded up to a multiple of this (11 blocks left one of 2 threads 9 % idle)
 
 
@@ -324,7 +337,7 @@ def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = 
     keep.append(wino.tables)
     params = np.concatenate([BLAS.params, np.array([dilation, block, WINO_SPLIT_CHANNELS_BELOW, CONV_MIN_CHANNELS,
                                                     wino.m, wino.n, wino.tables.ctypes.data,
-                                                    WINO_ROWDOT_MAX_TILES if ROWDOT else 0, segments],
+                                                    wino_rowdot_tiles(), segments],
                                                    dtype=np.int64)])
     keep.append(params)
     srcs = [u, x] if prev is None else [u, x, prev]

@@ -188,7 +188,7 @@ def test_conv_wino_segments_are_separate_streams(segments, length, d, max_tiles,
     """A batched step's conv (S streams in turn along time, each after its own carried context)
     against each stream alone: within 2e-6 of float64 numpy, and bit for bit where both take the
     same product (row products for every tile count, ``max_tiles`` large)."""
-    monkeypatch.setattr(kernels, "WINO_ROWDOT_MAX_TILES", max_tiles)
+    monkeypatch.setattr(kernels, "wino_rowdot_tiles", lambda: max_tiles)
     wino = winograd.VARIANTS[4]
     cin, cout = 24, 40
     rng = np.random.default_rng(segments * length + d)

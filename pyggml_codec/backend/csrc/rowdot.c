@@ -49,7 +49,7 @@ static inline float vsum(pg_vf v) {
 #define PG_RD_VECTOR 0
 #endif
 
-int pg_rowdot_vector(void) { return PG_RD_VECTOR; }
+int pg_rowdot_lanes(void) { return PG_RD_VECTOR ? PG_RD_V : 0; }
 
 /* n F16 values upcast to F32 (exact) */
 static void pg_f16_to_f32(const uint16_t * restrict h, float * restrict f, int64_t n) {
@@ -195,7 +195,7 @@ void pg_mul_mat_rowdot(void * dst_, int ith, int nth, void * userdata) {
     const size_t esz = f16 ? 2 : 4;
     const int64_t lda = (int64_t)(a->nb[1] / esz), ldb = (int64_t)(b->nb[1] / sizeof(float));
     const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
-    const int by_rows = n <= p[1] && pg_rowdot_vector();
+    const int by_rows = n <= p[1] && pg_rowdot_lanes();
     int64_t i0, i1, block;
     pg_blocks(m, 16, m, ith, nth, &i0, &i1, &block);
     if (i0 >= i1) return;

@@ -164,7 +164,7 @@ static void wino_input(const struct wino * w, int64_t b0, int64_t nb, float * re
 
 /* Whether the products over nt tiles are row products (pg_rowdot): a few tiles (a streamed
  * chunk), where the BLAS would pack every U_q to read it once, or any count where p[10] says so. */
-static int wino_by_rows(const int64_t * p, int64_t nt) { return nt <= p[10] && pg_rowdot_vector(); }
+static int wino_by_rows(const int64_t * p, int64_t nt) { return nt <= p[10] && pg_rowdot_lanes(); }
 
 /* The row products' operand: the nt tiles' inputs of every plane transposed, vt[q][t][ci]
  * (16 x 16 blocks: read along tiles, write along channels), in a scratch slot (*slot). */
