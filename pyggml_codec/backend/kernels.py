@@ -242,11 +242,16 @@ def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None):
 # products (16 columns and more) keep the BLAS's sums: the f32 bound for streams, 1e-6 max abs
 # against one graph at full size, sits at float32 rounding (9.2-9.7e-7 measured so; taking up to
 # 48 columns moved a 16-frame-chunk stream of the F32 file to 1.06e-6).
-# F16 matrices: up to ROWDOT_MAX_N_F16 columns, then upcast block by block for the BLAS, whose
+# F16 matrices: up to ROWDOT_MAX_N_F16 columns (8-float vectors), then upcast block by block for the BLAS, whose
 # upcast costs a read and a write of every weight per call (at 16 columns, a 16-frame chunk's
 # transformer, that was 8-10 ms per frame more than the row products).
+# With 16-float vectors (AVX-512) F16 matrices take the row products at every column count: against
+# the upcast for the BLAS they ran two 64-frame decodes in 2.79-3.02 s against 3.10-3.14 (48
+# columns at most), 8 streams of 16 frames in 8-frame steps in 2.97-3.22 against 3.43-3.45 (two
+# codecs side by side in one process, 2 threads).
 ROWDOT_MAX_N = BLAS_MIN_SIDE - 1
 ROWDOT_MAX_N_F16 = 48
+ROWDOT_MAX_N_F16_16 = 1 << 40
 ROWDOT_PANEL_BYTES = 1 << 20  # the columns whose rows stay in L2 while the weights pass
 ROWDOT = bool(AVAILABLE and _OPS["rowdot"] and _OPS["f16c"] and BLAS is not None)
 
@@ -266,11 +271,18 @@ def mul_mat_rowdot_supported(a, b) -> bool:
             and int(b.contents.ne[3]) % int(a.contents.ne[3]) == 0)
 
 
+def rowdot_max_columns(a_type: int) -> int:
+    """The most columns a product against a matrix of ``a_type`` (F32 0, F16 1) takes by rows."""
+    if a_type != 1:
+        return ROWDOT_MAX_N
+    return ROWDOT_MAX_N_F16_16 if _OPS["rowdot"] >= 16 else ROWDOT_MAX_N_F16
+
+
 def mul_mat_rowdot(ctx, a, b, keep: list):
     """``ggml_mul_mat(a, b)`` (F32 or F16 ``a``, F32 ``b``) by row dot products: ne
     ``[a.ne1, b.ne1, b.ne2, b.ne3]``. ``keep`` outlives the graph (the parameter block)."""
     k = int(a.contents.ne[0])
-    max_n = ROWDOT_MAX_N_F16 if int(a.contents.type) == 1 else ROWDOT_MAX_N
+    max_n = rowdot_max_columns(int(a.contents.type))
     params = np.concatenate([np.array([max(4, ROWDOT_PANEL_BYTES // (4 * k)), max_n], dtype=np.int64), BLAS.params])
     keep.append(params)
     args = (ctypes.POINTER(lib.ggml_tensor) * 2)(a, b)

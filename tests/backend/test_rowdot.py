@@ -52,7 +52,7 @@ def _rel(got: np.ndarray, want: np.ndarray) -> float:
 def test_rowdot_matches_numpy(a_type, k, m, n, batch_a, batch_b, threads):
     if a_type == ops.F32 and n > kernels.ROWDOT_MAX_N:
         pytest.skip("F32 products past ROWDOT_MAX_N columns go to the BLAS kernel")
-    # F16 past ROWDOT_MAX_N_F16 columns: upcast by blocks for the BLAS
+    # F16 past ROWDOT_MAX_N_F16 columns (8-float vectors): upcast by blocks for the BLAS
     rng = np.random.default_rng(k + m + n)
     a = rng.standard_normal((batch_a, m, k)).astype(np.float16 if a_type == ops.F16 else np.float32)
     b = rng.standard_normal((batch_b, n, k)).astype(np.float32)
@@ -62,6 +62,21 @@ def test_rowdot_matches_numpy(a_type, k, m, n, batch_a, batch_b, threads):
     rel = _rel(got.reshape(want.shape), want)
     print(f"rowdot {'F16' if a_type == ops.F16 else 'F32'} k={k} m={m} n={n} batches {batch_a}/{batch_b}: "
           f"rel max err {rel:.2e} (bound {REL_MAX:g})")
+    assert rel <= REL_MAX
+
+
+def test_rowdot_f16_past_its_columns_upcasts_for_the_blas(monkeypatch):
+    """Past the most columns taken by rows (48 with 8-float vectors, none with 16), an F16 matrix
+    is upcast block by block for the BLAS: the same product to float32 rounding."""
+    monkeypatch.setattr(kernels, "ROWDOT_MAX_N_F16", 8)
+    monkeypatch.setattr(kernels, "ROWDOT_MAX_N_F16_16", 8)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((1, 50, 129)).astype(np.float16)
+    b = rng.standard_normal((1, 40, 129)).astype(np.float32)
+    got = _product(a, b, 2, ops.F16)
+    want = np.einsum("bmk,bnk->bnm", a.astype(np.float64), b.astype(np.float64))
+    rel = _rel(got.reshape(want.shape), want)
+    print(f"rowdot F16 upcast for the BLAS, 40 columns: rel max err {rel:.2e} (bound {REL_MAX:g})")
     assert rel <= REL_MAX
 
 
