@@ -38,7 +38,7 @@ class StreamSlot:
         return np.zeros(shape, np.float32) if st is None else st.reshape(shape)
 
 
-ARENA_SLACK = 64  # rows past a window before a stream's rows are moved back: a move per 64 frames at 1 a chunk
+ARENA_SLACK = 64  # rows past a window, at least: a window moves back once per 64 frames at one a chunk
 
 
 def aligned_zeros(rows: int, width: int) -> np.ndarray:
@@ -64,7 +64,7 @@ class KVRows:
         """Room for a chunk of ``n`` after every window (moving the windows if the rows grow)."""
         if self.hist + n <= self.cap and set(leaves) <= set(self.arrays):
             return
-        cap = max(self.cap, self.hist + max(2 * n, ARENA_SLACK))
+        cap = max(self.cap, self.hist + max(n, ARENA_SLACK))
         if self.slots * cap > BOUND_ROWS:
             raise InputError(f"{self.slots} streams of {cap} positions exceed a bound input's {BOUND_ROWS} rows")
         old, old_cap = self.arrays, self.cap
