@@ -51,15 +51,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also time ours alone per second of audio at these lengths (default 1 10 60; F16 file, "
                         "s2cpp, 2 threads): the flatness check")
     p.add_argument("--no-streaming", action="store_true", help="skip the streaming rows")
-    p.add_argument("--streams", type=int, nargs="?", const=32, default=None, metavar="FRAMES",
+    p.add_argument("--streams", type=int, nargs="?", const=64, default=None, metavar="FRAMES",
                    help="also the streams and batches rows of bench_streams.py (F16 file, f32 precision, "
-                        "FRAMES frames per stream, default 32) and the peak RSS of 8 live streams")
+                        "FRAMES frames per stream of 8, default 64; one stream: 10 s) and the peak RSS of 8 "
+                        "live streams")
+    p.add_argument("--streams-only", action="store_true",
+                   help="only the rows of --streams (default 64 frames) and their peak RSS: no PyTorch rows")
     p.add_argument("--rss-child", nargs=4, metavar=("ENGINE", "MODEL", "SECONDS", "MODE"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.windowed is not None:
         WINDOWED_STRIDES[:] = args.windowed or [4, 16]
     if args.quick:
         args.seconds, args.threads, args.dtypes, args.reps = [1], [2], ["f16"], 2
+    if args.streams_only:
+        args.streams, args.dtypes, args.no_rss = args.streams or 64, [], True
     return args
 
 
@@ -345,12 +350,10 @@ def main(argv=None) -> int:
                 key = f"{engine}-{mode}-{seconds}s"
                 rss[key] = measure_rss(engine, paths["f16"], float(seconds), mode)
                 print(f"peak RSS {key}: {rss[key]:.0f} MB", flush=True)
-    from pyggml_codec.backend import binding, kernels
 
-    blas = kernels.BLAS
-    isa = [f for f in ("AVX512", "AVX2") if f in binding.cpu_features()][:1] or ["no AVX2"]
-    machine = (f"{os.cpu_count()} cores, {os.uname().machine}, ggml ISA {isa[0]}, llamafile={binding.has_llamafile()}, "
-               f"blas={os.path.basename(blas.path) + ' (' + str(blas.describe().get('corename')) + ')' if blas else 'none'}")
+    import bench_streams
+
+    machine = bench_streams.machine_line()
     report = {"machine": machine, "rows": rows, "peak_rss_mb": rss}
     (args.out / "bench.json").write_text(json.dumps(report, indent=2))
     rss_lines = "\n".join(f"| {k} | {v:.0f} |" for k, v in rss.items())

@@ -1,28 +1,34 @@
 """Streams and batches, side by side in one run: cost per frame against a one-shot decode.
 
-    python benchmarks/bench_streams.py -m MODEL.gguf [--threads 2] [--frames 32] [--reps 3]
+    python benchmarks/bench_streams.py -m MODEL.gguf [--threads 2] [--frames 64] [--frames-one 216] [--reps 3]
 
-Rows (all against ``decode()`` of the same codes, one item at a time, timed in the same run):
+Rows (every time measured in turns with its reference in the same run; medians and minima):
 
-* ``stream-chunkN``: one stream pushed N frames at a time (``stream_decoder``);
-* ``streams8-chunkN``: 8 streams in one ``batch_stream_decoder``, every stream pushing N
-  frames per step; cost per stream and frame;
+* ``stream-chunkN``: one stream pushed N frames at a time (``stream_decoder``), ``--frames-one``
+  frames (default 216: 10 s), against ``decode()`` of the same codes;
+* ``streams8-chunkN``: 8 streams in one ``batch_stream_decoder``, every stream pushing N frames
+  per step, ``--frames`` frames each; cost per stream and frame against ``decode()`` of each
+  stream's codes, one at a time;
 * ``decode_batch-K``: ``decode_batch`` of K items against K sequential decodes;
 * ``latency-first-frame``: from ``push`` of a new stream's first frame to its PCM, for one
   stream and for 8 joining at once (graphs already built: a server's steady state).
 
-``bench_codec.py --streams`` runs the same on the full-size model it builds, and peak RSS of
-8 live streams in a child process (``--rss-child``).
+Each streamed row also gives its exactness: the max abs difference of its audio from ``decode()``.
+``bench_codec.py --streams`` runs the same on the full-size model it builds, with the peak RSS
+of 8 live streams in a child process (``--rss-child``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
@@ -38,32 +44,36 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def _medians(fns: dict, reps: int) -> dict:
-    """Median seconds of each function, the functions run in turn each repetition (after a warm-up)."""
-    for fn in fns.values():
+def _times(fns: dict, reps: int, warm: bool = True) -> dict:
+    """Seconds of each function per repetition, the functions run in turn (after a warm-up run
+    of each, unless they all ran already)."""
+    for fn in fns.values() if warm else ():
         fn()
     times: dict = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
             times[name].append(_timed(fn))
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
 
 
-def _stream(codec, codes, chunk: int) -> None:
+def _stream(codec, codes, chunk: int) -> np.ndarray:
     with codec.stream_decoder() as sd:
-        for i in range(0, codes.shape[1], chunk):
-            sd.push(codes[:, i:i + chunk])
+        return np.concatenate([sd.push(codes[:, i:i + chunk]) for i in range(0, codes.shape[1], chunk)])
 
 
-def _streams(codec, items, chunk: int) -> None:
+def _streams(codec, items, chunk: int) -> list[np.ndarray]:
     with codec.batch_stream_decoder(len(items)) as bsd:
         sids = [bsd.join() for _ in items]
+        pieces: list[list] = [[] for _ in items]
         for i in range(0, items[0].shape[1], chunk):
-            bsd.push({sid: x[:, i:i + chunk] for sid, x in zip(sids, items)})
+            out = bsd.push({sid: x[:, i:i + chunk] for sid, x in zip(sids, items)})
+            for k, sid in enumerate(sids):
+                pieces[k].append(out[sid])
+        return [np.concatenate(p) for p in pieces]
 
 
-def _first_frame_latency(codec, items, reps: int) -> float:
-    """Median seconds from a push of the first frame of len(items) new streams to their PCM."""
+def _first_frame_latency(codec, items, reps: int) -> list[float]:
+    """Seconds from a push of the first frame of len(items) new streams to their PCM, per repetition."""
     times = []
     for _ in range(reps + 1):  # the first builds the graphs
         with codec.batch_stream_decoder(len(items)) as bsd:
@@ -72,38 +82,54 @@ def _first_frame_latency(codec, items, reps: int) -> float:
             t0 = time.perf_counter()
             bsd.push({sid: x[:, :1] for sid, x in zip(sids, items)})
             times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])
+    return times[1:]
 
 
-def bench_streams(codec, frames: int, reps: int) -> list[dict]:
+def _max_abs(got, want) -> float:
+    return max(float(np.abs(g - w).max()) for g, w in zip(got, want))
+
+
+def _row(task: str, streams: int, frames: int, t: list, ref: list, exact: float | None = None, **extra) -> dict:
+    per, ref_per = statistics.median(t) / frames, statistics.median(ref) / frames
+    row = dict(task=task, streams=streams, ms_per_frame=1e3 * per, one_shot_ms_per_frame=1e3 * ref_per,
+               vs_one_shot=per / ref_per, vs_one_shot_min=min(t) / min(ref), **extra)
+    if exact is not None:
+        row["max_abs_vs_decode"] = exact
+    return row
+
+
+def bench_streams(codec, frames: int, reps: int, frames_one: int = 216) -> list[dict]:
     from parity import random_codes
 
     sizes = codec.config.quantizer.codebook_sizes
+    long = random_codes(sizes, frames_one, seed=19)
     items = [random_codes(sizes, frames, seed=20 + i) for i in range(N_STREAMS)]
     rows = []
-    one = _medians({"one": lambda: codec.decode(items[0])}, reps)["one"] / frames
-    fns = {f"stream-chunk{c}": (lambda c=c: _stream(codec, items[0], c)) for c in (1, 4, 16)}
-    for name, t in _medians(fns, reps).items():
-        rows.append(dict(task=name, streams=1, ms_per_frame=1e3 * t / frames, vs_one_shot=t / frames / one))
-    # one-shot again, in the same turns as the batched runs, so the ratio shares their conditions
+    want = codec.decode(long)
+    fns = {"one-shot": lambda: codec.decode(long)}
+    fns.update({f"stream-chunk{c}": (lambda c=c: _stream(codec, long, c)) for c in (1, 4, 16)})
+    exact = {name: _max_abs([fn()], [want]) for name, fn in fns.items() if name != "one-shot"}  # warm-ups too
+    t = _times(fns, reps, warm=False)
+    ref = t.pop("one-shot")
+    rows += [_row(name, 1, frames_one, s, ref, exact[name]) for name, s in t.items()]
+    wants = [codec.decode(x) for x in items]
     fns = {"one-shot": lambda: [codec.decode(x) for x in items]}
     fns.update({f"streams8-chunk{c}": (lambda c=c: _streams(codec, items, c)) for c in (1, 4, 16)})
-    t = _medians(fns, reps)
-    one8 = t.pop("one-shot") / (N_STREAMS * frames)
-    for name, s in t.items():
-        rows.append(dict(task=name, streams=N_STREAMS, ms_per_frame=1e3 * s / (N_STREAMS * frames),
-                         vs_one_shot=s / (N_STREAMS * frames) / one8))
+    exact = {name: _max_abs(fn(), wants) for name, fn in fns.items() if name != "one-shot"}
+    t = _times(fns, reps, warm=False)
+    ref = t.pop("one-shot")
+    rows += [_row(name, N_STREAMS, N_STREAMS * frames, s, ref, exact[name]) for name, s in t.items()]
     for k in (1, 4, 8):
         sub = items[:k]
-        t = _medians({"seq": lambda: [codec.decode(x) for x in sub], "batch": lambda: codec.decode_batch(sub)}, reps)
-        rows.append(dict(task=f"decode_batch-{k}", streams=k, ms_per_frame=1e3 * t["batch"] / (k * frames),
-                         vs_one_shot=t["batch"] / t["seq"], sequential_s=t["seq"], batch_s=t["batch"]))
+        exact_k = _max_abs(codec.decode_batch(sub), wants[:k])
+        t = _times({"seq": lambda: [codec.decode(x) for x in sub], "batch": lambda: codec.decode_batch(sub)}, reps,
+                   warm=False)
+        rows.append(_row(f"decode_batch-{k}", k, k * frames, t["batch"], t["seq"], exact_k,
+                         sequential_s=statistics.median(t["seq"]), batch_s=statistics.median(t["batch"])))
     for k in (1, N_STREAMS):
         lat = _first_frame_latency(codec, items[:k], reps)
-        rows.append(dict(task="latency-first-frame", streams=k, latency_ms=1e3 * lat,
-                         audio_ms=1e3 * codec.config.samples_per_frame / codec.sample_rate))
-    for r in rows:
-        r["one_shot_ms_per_frame"] = 1e3 * one
+        rows.append(dict(task="latency-first-frame", streams=k, latency_ms=1e3 * statistics.median(lat),
+                         latency_min_ms=1e3 * min(lat), audio_ms=1e3 * codec.config.samples_per_frame / codec.sample_rate))
     return rows
 
 
@@ -119,17 +145,36 @@ def rss_streams(model_path: str, threads: int, frames: int) -> float:
         return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
 
 
+def machine_line() -> str:
+    """Cores, CPU model, ggml's ISA, the BLAS and the load average: what the figures ran on."""
+    from pyggml_codec.backend import binding, kernels
+
+    model = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    isa = [f for f in ("AVX512", "AVX2") if f in binding.cpu_features()][:1] or ["no AVX2"]
+    blas = kernels.BLAS
+    blas_name = f"{os.path.basename(blas.path)} ({blas.describe().get('corename')})" if blas else "none"
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (f"{os.cpu_count()} cores, {model}, {os.uname().machine}, ggml ISA {isa[0]}, "
+            f"llamafile={binding.has_llamafile()}, blas={blas_name}, load average {load}")
+
+
 def table(rows: list[dict]) -> str:
-    lines = ["| run | streams | ms per frame | vs one-shot decode per frame | first-frame latency ms |",
-             "|---|---|---|---|---|"]
+    lines = ["| run | streams | ms per frame | vs reference (median / of minima) | max abs vs decode() | "
+             "first-frame latency ms |", "|---|---|---|---|---|---|"]
     for r in rows:
         if "latency_ms" in r:
-            lines.append(f"| {r['task']} | {r['streams']} | | | {r['latency_ms']:.0f} "
-                         f"(one frame = {r['audio_ms']:.1f} ms of audio) |")
+            lines.append(f"| {r['task']} | {r['streams']} | | | | {r['latency_ms']:.0f} (min {r['latency_min_ms']:.0f}; "
+                         f"one frame = {r['audio_ms']:.1f} ms of audio) |")
         else:
-            what = "vs sequential decodes" if r["task"].startswith("decode_batch") else ""
-            lines.append(f"| {r['task']} | {r['streams']} | {r['ms_per_frame']:.1f} | "
-                         f"{r['vs_one_shot']:.2f}x {what} | |")
+            what = "sequential decodes" if r["task"].startswith("decode_batch") else "one-shot decode"
+            lines.append(f"| {r['task']} | {r['streams']} | {r['ms_per_frame']:.1f} | {r['vs_one_shot']:.2f}x / "
+                         f"{r['vs_one_shot_min']:.2f}x {what} ({r['one_shot_ms_per_frame']:.1f} ms) | "
+                         f"{r.get('max_abs_vs_decode', float('nan')):.1e} | |")
     return "\n".join(lines)
 
 
@@ -137,7 +182,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-m", "--model", required=True)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--frames", type=int, default=32)
+    p.add_argument("--frames", type=int, default=64, help="frames per stream of the 8-stream and batch rows")
+    p.add_argument("--frames-one", type=int, default=216, help="frames of the one-stream rows (216: 10 s)")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--precision", default="f32")
     p.add_argument("--no-rss", action="store_true")
@@ -150,9 +196,10 @@ def main(argv=None) -> int:
 
     with pyggml_codec.load(args.model, backend="cpu", n_threads=args.threads, precision=args.precision,
                            parts="decode") as c:
-        rows = bench_streams(c, args.frames, args.reps)
+        rows = bench_streams(c, args.frames, args.reps, args.frames_one)
     for r in rows:
         print(json.dumps(r), flush=True)
+    print(f"Machine: {machine_line()}, {args.threads} threads\n")
     print(table(rows))
     if not args.no_rss:
         import subprocess
