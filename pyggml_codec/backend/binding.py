@@ -227,21 +227,27 @@ def buffer_is_weights(buffer) -> bool:
     return int(lib.ggml_backend_buffer_get_usage(buffer)) == lib.GGML_BACKEND_BUFFER_USAGE_WEIGHTS
 
 
-def upload(tensor, array: np.ndarray) -> None:
+def upload(tensor, array: np.ndarray, layout: tuple | None = None) -> None:
     """Copy a numpy array into a backend tensor (any backend). Sizes are checked first;
-    a quantized tensor takes its raw bytes (uint8)."""
-    want = NP_DTYPES.get(tensor_type(tensor), np.uint8)
+    a quantized tensor takes its raw bytes (uint8). ``layout``: ``upload_layout(tensor)``, known
+    already."""
+    want, nbytes = upload_layout(tensor) if layout is None else layout
     data = np.ascontiguousarray(array, dtype=want)
-    nbytes = int(lib.ggml_nbytes(tensor))
     if data.nbytes != nbytes:
         raise ValueError(f"upload of {data.nbytes} bytes into a tensor of {nbytes} bytes")
     lib.ggml_backend_tensor_set(tensor, data.ctypes.data_as(ctypes.c_void_p), 0, nbytes)
 
 
-def download(tensor) -> np.ndarray:
-    """Copy a backend tensor into a new numpy array of shape ``numpy_shape(tensor)``."""
+def upload_layout(tensor) -> tuple[type, int]:
+    """The numpy dtype an upload to ``tensor`` takes, and its size in bytes."""
+    return NP_DTYPES.get(tensor_type(tensor), np.uint8), int(lib.ggml_nbytes(tensor))
+
+
+def download(tensor, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """Copy a backend tensor into a new numpy array of shape ``numpy_shape(tensor)`` (``shape``:
+    that shape, known already)."""
     dtype = NP_DTYPES[tensor_type(tensor)]
-    out = np.empty(numpy_shape(tensor), dtype=dtype)
+    out = np.empty(numpy_shape(tensor) if shape is None else shape, dtype=dtype)
     nbytes = int(lib.ggml_nbytes(tensor))
     if out.nbytes != nbytes:
         raise ValueError("download of a non-contiguous tensor")

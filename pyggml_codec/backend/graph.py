@@ -104,6 +104,8 @@ class Graph:
         self.cpu_nodes: dict[str, int] = {}
         self.builder = None
         self.input_names: list[str] = []  # of builder.inputs, in order
+        self._downloads: dict[str, tuple] = {}  # output name -> (tensor, numpy shape)
+        self._upload_layouts: list[tuple] = []  # per input: numpy dtype, bytes
         self.outputs: dict[str, Any] = {}
         self.last_compute_s = 0.0  # time inside ggml compute on the last run
 
@@ -130,6 +132,8 @@ class Graph:
         # An input no op reads gets no memory: uploading to it would abort in ggml.
         builder.inputs[:] = [(t, a) for t, a in builder.inputs if t.contents.buffer]
         self.input_names = [lib.ggml_get_name(t).decode() for t, _ in builder.inputs]
+        self._downloads = {name: (t, binding.numpy_shape(t)) for name, t in self.outputs.items()}
+        self._upload_layouts = [binding.upload_layout(t) for t, _ in builder.inputs]
         self._find_bound_views(self.bound)
 
     def _place_bound(self, bound: dict) -> None:
@@ -242,8 +246,8 @@ class Graph:
         return int(lib.ggml_gallocr_get_buffer_size(self.galloc, 0)) if self.galloc else 0
 
     def _upload_inputs(self, fresh_inputs: dict[str, np.ndarray]) -> None:
-        for name, (t, array) in zip(self.input_names, self.builder.inputs):
-            binding.upload(t, fresh_inputs.get(name, array))
+        for name, (t, array), layout in zip(self.input_names, self.builder.inputs, self._upload_layouts):
+            binding.upload(t, fresh_inputs.get(name, array), layout)
 
     def run(self, fresh_inputs: dict[str, np.ndarray] | None = None,
             bound: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
@@ -262,7 +266,7 @@ class Graph:
         self.last_compute_s = time.perf_counter() - start
         if status != 0:
             raise GraphError(f"graph compute failed with ggml status {status}")
-        return {name: binding.download(t) for name, t in self.outputs.items()}
+        return {name: binding.download(t, shape) for name, (t, shape) in self._downloads.items()}
 
     def profile(self) -> list[tuple[str, tuple[int, ...], float]]:
         """(op, ne, seconds) of each node, computing one node at a time through graph views,
