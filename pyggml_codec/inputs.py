@@ -72,14 +72,10 @@ def check_codes(codes, cfg: CodecConfig, on_invalid: str = "clamp", max_frames: 
 
 
 def _clamp(arr: np.ndarray, cfg: CodecConfig, on_invalid: str) -> np.ndarray:
-    counts = {}
-    out = np.empty(arr.shape, dtype=np.int32)
-    for cb, size in enumerate(cfg.quantizer.codebook_sizes):
-        row = arr[cb]
-        bad = int(np.count_nonzero((row < 0) | (row >= size)))
-        if bad:
-            counts[cb] = bad
-        out[cb] = np.clip(row, 0, size - 1)
+    sizes = np.asarray(cfg.quantizer.codebook_sizes, dtype=np.int64)[:, None]
+    bad = np.count_nonzero((arr < 0) | (arr >= sizes), axis=1)
+    counts = {cb: int(n) for cb, n in enumerate(bad) if n}
+    out = np.clip(arr, 0, sizes - 1).astype(np.int32)
     if counts:
         detail = ", ".join(f"codebook {cb}: {n}" for cb, n in counts.items())
         if on_invalid == "raise":

@@ -120,6 +120,9 @@ class StreamStates:
         self.codec, self.capacity = codec, capacity
         self._free = list(range(capacity))
         self._kv: dict[tuple[str, str], KVRows] = {}
+        # the last batched output of each state, by (kind, name): (slot indices, array, each slot's view of
+        # it); a group that runs again as it was feeds it back as it is, without a split and a stack
+        self._stacked: dict[tuple[str, str], tuple[tuple[int, ...], np.ndarray, list]] = {}
         self.last_graph = None  # the graph of the last run
 
     def new_slot(self) -> StreamSlot:
@@ -141,15 +144,21 @@ class StreamStates:
         carry = graph.builder.stream
         shapes = {name: a.shape for name, (_, a) in zip(graph.input_names, graph.builder.inputs)}
         inputs = dict(feed)
+        ids = tuple(slot.index for slot in slots)
         for name in carry.inputs:
             if name not in shapes:  # an input no op reads
                 continue
             if b == 1:
                 inputs[name] = slots[0].state(kind, name, shapes[name])
-            else:
-                axis = carry.batch_axes[name]
-                one = shapes[name][:axis] + shapes[name][axis + 1:]
-                inputs[name] = np.stack([slot.state(kind, name, one) for slot in slots], axis=axis)
+                continue
+            last = self._stacked.get((kind, name))
+            if last is not None and last[0] == ids and all(
+                    slot.states.get(kind, {}).get(name) is view for slot, view in zip(slots, last[2])):
+                inputs[name] = last[1]  # these streams' states as the last step left them
+                continue
+            axis = carry.batch_axes[name]
+            one = shapes[name][:axis] + shapes[name][axis + 1:]
+            inputs[name] = np.stack([slot.state(kind, name, one) for slot in slots], axis=axis)
         for pos, (mask, m, window) in carry.clocks.items():
             starts = [slot.clocks.get((kind, pos), 0) for slot in slots]
             inputs[pos] = np.concatenate([np.arange(p, p + m, dtype=np.int32) for p in starts])
@@ -166,9 +175,16 @@ class StreamStates:
             used.append((rows, spec.n))
         out = graph.run(inputs, bound)
         self.last_graph = graph
+        views = {}  # a batched state's output, split into each stream's view of it
+        for name in carry.outputs:
+            if b > 1 and name not in carry.appended:
+                stacked = out[name].reshape(shapes[name])
+                views[name] = list(np.moveaxis(stacked, carry.batch_axes[name], 0))
+                self._stacked[(kind, name)] = (ids, stacked, views[name])
         pending = []
         for i, slot in enumerate(slots):
-            states = {name: _new_state(slot.state, kind, name, carry, shapes[name], out[name], b, i)
+            states = {name: views[name][i] if name in views else
+                      _new_state(slot.state, kind, name, carry, shapes[name], out[name], b, i)
                       for name in carry.outputs}
             clocks = {(kind, pos): slot.clocks.get((kind, pos), 0) + m for pos, (_, m, _) in carry.clocks.items()}
             pending.append([(kind, states, clocks, used)])
