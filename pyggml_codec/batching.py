@@ -22,9 +22,9 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .errors import InputError
-from .graphs.build import ENCODER_CTX, FUSED_CTX, QUANTIZER_CTX
 from .inputs import check_codes
 from .stream_state import StreamSlot, StreamStates
+from .streaming import decode_step
 
 
 class BatchStreamDecoder:
@@ -118,21 +118,10 @@ class BatchStreamDecoder:
 
     def _step(self, n: int, slots: list[StreamSlot], codes: list[np.ndarray]) -> tuple[list[np.ndarray], list]:
         """One group's graphs: each stream's audio and pending state updates."""
-        graphs, states = self._codec.graphs, self._states
-        joined = np.concatenate(codes, axis=1)
-        feed = graphs.codes_feed(joined)
-        if self.fused:
-            out, pending = states.run("stream-fused", FUSED_CTX, n, slots, graphs.fused_decode(joined), feed)
-            self.last_compute_s += states.last_graph.last_compute_s
-        else:
-            out, pending = states.run("stream-latent", QUANTIZER_CTX, n, slots, graphs.latent_decode(joined), feed)
-            self.last_compute_s += states.last_graph.last_compute_s
-            latent = out["latent"]
-            out, more = states.run("stream-wave", ENCODER_CTX, n, slots, graphs.wave_decode(latent.shape[1]),
-                                   {"latent": latent})
-            self.last_compute_s += states.last_graph.last_compute_s
-            pending = [a + b for a, b in zip(pending, more)]
-        return np.split(out["audio"].reshape(-1), len(slots)), pending
+        audio, pending, compute_s = decode_step(self._codec, self._states, slots, np.concatenate(codes, axis=1),
+                                                self.fused)
+        self.last_compute_s += compute_s
+        return np.split(audio.reshape(-1), len(slots)), pending
 
     def close(self) -> None:
         """End every stream."""

@@ -64,23 +64,11 @@ class StreamDecoder:
         with codec._lock:
             codec._live()
             codes = check_codes(codes, codec.config, self.on_invalid_codes)
-            feed = codec.graphs.codes_feed(codes)
             n = codes.shape[1]
-            if self.fused:
-                out, pending = states.run("stream-fused", FUSED_CTX, n, slots, codec.graphs.fused_decode(codes), feed)
-                self.last_compute_s = states.last_graph.last_compute_s
-            else:
-                out, pending = states.run("stream-latent", QUANTIZER_CTX, n, slots, codec.graphs.latent_decode(codes),
-                                          feed)
-                self.last_compute_s = states.last_graph.last_compute_s
-                latent = out["latent"]
-                out, more = states.run("stream-wave", ENCODER_CTX, n, slots, codec.graphs.wave_decode(latent.shape[1]),
-                                       {"latent": latent})
-                self.last_compute_s += states.last_graph.last_compute_s
-                pending = [pending[0] + more[0]]
+            audio, pending, self.last_compute_s = decode_step(codec, states, slots, codes, self.fused)
             states.commit(self._slot, pending[0], n)
             self.frames_pushed += n
-        return out["audio"].reshape(-1)
+        return audio.reshape(-1)
 
     def flush(self) -> np.ndarray:
         """The samples still held back (none: every layer is causal), then reset."""
@@ -92,6 +80,23 @@ class StreamDecoder:
 
     def __exit__(self, *exc) -> None:
         self.reset()
+
+
+def decode_step(codec, states: StreamStates, slots: list, codes: np.ndarray, fused: bool) -> tuple:
+    """One decode step of ``slots``, each pushing ``n`` frames: ``codes`` (n_codebooks, n * streams),
+    the streams' codes side by side. Returns the audio (streams * n * samples_per_frame), each
+    slot's pending updates (``StreamStates.commit``) and the seconds inside ggml compute."""
+    n = codes.shape[1] // len(slots)
+    graphs, feed = codec.graphs, codec.graphs.codes_feed(codes)
+    if fused:
+        out, pending = states.run("stream-fused", FUSED_CTX, n, slots, graphs.fused_decode(codes), feed)
+        return out["audio"], pending, states.last_graph.last_compute_s
+    out, pending = states.run("stream-latent", QUANTIZER_CTX, n, slots, graphs.latent_decode(codes), feed)
+    compute_s = states.last_graph.last_compute_s
+    latent = out["latent"]
+    out, more = states.run("stream-wave", ENCODER_CTX, n, slots, graphs.wave_decode(latent.shape[1]), {"latent": latent})
+    compute_s += states.last_graph.last_compute_s
+    return out["audio"], [a + b for a, b in zip(pending, more)], compute_s
 
 
 def stream_decode(codec, chunks: Iterable, on_invalid_codes: str = "clamp") -> Iterator[np.ndarray]:
