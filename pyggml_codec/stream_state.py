@@ -67,13 +67,18 @@ class KVRows:
         cap = max(self.cap, self.hist + max(n, ARENA_SLACK))
         if self.slots * cap > BOUND_ROWS:
             raise InputError(f"{self.slots} streams of {cap} positions exceed a bound input's {BOUND_ROWS} rows")
-        old, old_cap = self.arrays, self.cap
+        old = self.arrays
         self.arrays = {name: aligned_zeros(self.slots * cap, self.width) for name in set(leaves) | set(old)}
         for name, a in old.items():  # each window to the start of its slot's new rows
             for s in range(self.slots):
-                src = s * old_cap + int(self.offset[s])
-                self.arrays[name][s * cap:s * cap + self.hist] = a[src:src + self.hist]
+                self._window_to_start(s, a, self.arrays[name], cap)
         self.cap, self.offset[:] = cap, 0
+
+    def _window_to_start(self, slot: int, src: np.ndarray, dst: np.ndarray, dst_cap: int) -> None:
+        """Copy ``slot``'s window in ``src`` (this arena's layout) to the start of its rows in
+        ``dst`` (slots of ``dst_cap`` rows; ``src`` itself for a move in place)."""
+        start = slot * self.cap + int(self.offset[slot])
+        dst[slot * dst_cap:slot * dst_cap + self.hist] = src[start:start + self.hist]
 
     def clear(self, slot: int) -> None:
         """A new stream in ``slot``: a window of zeros (masked, and finite whatever ran there before)."""
@@ -87,9 +92,8 @@ class KVRows:
         failed chunk loses nothing)."""
         for s in slots:
             if self.offset[s] + self.hist + n > self.cap:
-                start = s * self.cap + int(self.offset[s])
                 for a in self.arrays.values():
-                    a[s * self.cap:s * self.cap + self.hist] = a[start:start + self.hist]
+                    self._window_to_start(s, a, a, self.cap)
                 self.offset[s] = 0
         return np.array([s * self.cap + int(self.offset[s]) for s in slots], np.int64)
 
