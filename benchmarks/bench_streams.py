@@ -129,7 +129,8 @@ def bench_streams(codec, frames: int, reps: int, frames_one: int = 216) -> list[
     for k in (1, N_STREAMS):
         lat = _first_frame_latency(codec, items[:k], reps)
         rows.append(dict(task="latency-first-frame", streams=k, latency_ms=1e3 * statistics.median(lat),
-                         latency_min_ms=1e3 * min(lat), audio_ms=1e3 * codec.config.samples_per_frame / codec.sample_rate))
+                         latency_min_ms=1e3 * min(lat),
+                         audio_ms=1e3 * codec.config.samples_per_frame / codec.sample_rate))
     return rows
 
 
@@ -168,8 +169,8 @@ def table(rows: list[dict]) -> str:
              "first-frame latency ms |", "|---|---|---|---|---|---|"]
     for r in rows:
         if "latency_ms" in r:
-            lines.append(f"| {r['task']} | {r['streams']} | | | | {r['latency_ms']:.0f} (min {r['latency_min_ms']:.0f}; "
-                         f"one frame = {r['audio_ms']:.1f} ms of audio) |")
+            lines.append(f"| {r['task']} | {r['streams']} | | | | {r['latency_ms']:.0f} "
+                         f"(min {r['latency_min_ms']:.0f}; one frame = {r['audio_ms']:.1f} ms of audio) |")
         else:
             what = "sequential decodes" if r["task"].startswith("decode_batch") else "one-shot decode"
             lines.append(f"| {r['task']} | {r['streams']} | {r['ms_per_frame']:.1f} | {r['vs_one_shot']:.2f}x / "

@@ -94,7 +94,8 @@ def decode_step(codec, states: StreamStates, slots: list, codes: np.ndarray, fus
     out, pending = states.run("stream-latent", QUANTIZER_CTX, n, slots, graphs.latent_decode(codes), feed)
     compute_s = states.last_graph.last_compute_s
     latent = out["latent"]
-    out, more = states.run("stream-wave", ENCODER_CTX, n, slots, graphs.wave_decode(latent.shape[1]), {"latent": latent})
+    out, more = states.run("stream-wave", ENCODER_CTX, n, slots, graphs.wave_decode(latent.shape[1]),
+                           {"latent": latent})
     compute_s += states.last_graph.last_compute_s
     return out["audio"], [a + b for a, b in zip(pending, more)], compute_s
 

@@ -176,7 +176,8 @@ class Graph:
         for name, array in arrays.items():
             t = tensors[name]
             width, rows = int(t.contents.ne[0]), int(t.contents.ne[1])
-            if (array.dtype != np.float32 or not array.flags.c_contiguous or array.ndim != 2 or array.shape[1] != width or array.shape[0] < rows < BOUND_ROWS):
+            if (array.dtype != np.float32 or not array.flags.c_contiguous or array.ndim != 2
+                    or array.shape[1] != width or array.shape[0] < rows < BOUND_ROWS):
                 want = f"rows of {width}" if rows >= BOUND_ROWS else f"{rows} rows of {width}"
                 raise GraphError(f"bound input {name}: need a C-contiguous float32 array of {want}, "
                                  f"got {array.dtype} {array.shape}")

@@ -270,7 +270,8 @@ def conv_transpose1d(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, s
             name, prev = carry_input(g, (k - stride, cout))
             g.lowerings["col2im"] = "custom"
             y = kernels.col2im(g.ctx, cols, k, stride, g.keep, prev)
-            emit_carry(g, name, lib.ggml_view_2d(g.ctx, y, k - stride, cout, y.contents.nb[1], n_out * y.contents.nb[0]))
+            tail = lib.ggml_view_2d(g.ctx, y, k - stride, cout, y.contents.nb[1], n_out * y.contents.nb[0])
+            emit_carry(g, name, tail)
             return _first_samples(g, y, n_out, b)
         y = _col2im(g, cols, k, stride, cout)
     else:

@@ -66,7 +66,8 @@ def _split_heads(g: Builder, qkv: Tensor, cfg: TransformerConfig, n: int) -> tup
     return view(nh, 0), view(nkv, nh), view(nkv, nh + nkv)
 
 
-def stream_inputs(g: Builder, n: int, window: int, prefix: str, width: int) -> tuple[Tensor, Tensor, ops.KVArena | None]:
+def stream_inputs(g: Builder, n: int, window: int, prefix: str,
+                  width: int) -> tuple[Tensor, Tensor, ops.KVArena | None]:
     """Positions and mask inputs of a streamed chunk, which the driver feeds per chunk, and in
     the "arena" lowering the spec of where the layers' keys and values (rows of ``width``) live."""
     if window < 1:
@@ -268,7 +269,8 @@ def feed_forward(g: Builder, x: Tensor, w: dict) -> Tensor:
 def layer(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tensor, mask: Tensor | None,
           arena: ops.KVArena | None = None) -> Tensor:
     h = ops.rms_norm(g, x, w["attention_norm.weight"], cfg.norm_eps)
-    x = ops.add(g, x, ops.scale_channels(g, attention(g, h, w, cfg, pos, mask, arena), w["attention_layer_scale.gamma"]))
+    attn = attention(g, h, w, cfg, pos, mask, arena)
+    x = ops.add(g, x, ops.scale_channels(g, attn, w["attention_layer_scale.gamma"]))
     h = ops.rms_norm(g, x, w["ffn_norm.weight"], cfg.norm_eps)
     return ops.add(g, x, ops.scale_channels(g, feed_forward(g, h, w), w["ffn_layer_scale.gamma"]))
 

@@ -65,7 +65,8 @@ def test_a_bound_leaf_of_stated_rows_is_lent_a_window():
         def build(b):
             leaf = b.bound_input("window", 8, rows=5)
             new = b.input("new", np.full((2, 8), 3.0, np.float32))
-            return {"w": lib.ggml_cont(b.ctx, lib.ggml_set_rows(b.ctx, leaf, new, b.input("at", np.array([3, 4], np.int64), ops.I64)))}
+            at = b.input("at", np.array([3, 4], np.int64), ops.I64)
+            return {"w": lib.ggml_cont(b.ctx, lib.ggml_set_rows(b.ctx, leaf, new, at))}
 
         g.build(build, ops.Builder(ctx=g.ctx))
         arena = aligned_zeros(12, 8)
