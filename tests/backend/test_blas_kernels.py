@@ -218,6 +218,37 @@ def test_conv_wino_segments_are_separate_streams(segments, length, d, max_tiles,
             assert np.array_equal(got[:, s], out[f"y{s}"]), f"segment {s} differs from the stream alone"
 
 
+@pytest.mark.skipif(not kernels.ROWDOT, reason="row products not built here")
+@pytest.mark.parametrize("m", sorted(winograd.VARIANTS))
+@pytest.mark.parametrize("d,threads", [(1, 2), (3, 1), (9, 2)])
+def test_conv_wino_short_blocks_give_the_long_blocks_bits(m, d, threads, monkeypatch):
+    """Blocks of one tile row (a streamed chunk's: the transforms by channel, all of a channel's
+    tiles at once) against blocks of dozens (by residue, 8 tile rows at a time): the same bits,
+    with row products on both sides, whose sums do not depend on the column count. Within
+    2e-6 of float64 numpy too."""
+    monkeypatch.setattr(kernels, "wino_rowdot_tiles", lambda: 1 << 30)
+    wino = winograd.VARIANTS[m]
+    cin, cout, length = 24, 40, 1500
+    rng = np.random.default_rng(d)
+    w = rng.standard_normal((cout, cin, 7)).astype(np.float32)
+    x = rng.standard_normal((cin, length)).astype(np.float32)
+    prev = rng.standard_normal((cin, 6 * d)).astype(np.float32)
+    u = wino.weights(np.ascontiguousarray(w.transpose(2, 0, 1)))
+
+    def build(g):
+        return {"y": kernels.conv_wino(g.ctx, g.input("u", u), g.input("x", x), d, g.keep, g.input("p", prev), wino)}
+
+    long_blocks = _run(build, threads)["y"]
+    monkeypatch.setattr(kernels, "WINO_MIN_TILES", 1)
+    monkeypatch.setattr(kernels, "WINO_CHUNK_BYTES", 1)  # one tile row per block
+    short_blocks = _run(build, threads)["y"]
+    rel = _rel(short_blocks, _conv_ref(x, w, d, prev))
+    print(f"F({m},7) d={d}: blocks of one tile row vs long blocks: max abs "
+          f"{np.abs(short_blocks - long_blocks).max():.1e}; rel max err vs numpy {rel:.2e}")
+    assert rel <= WINO_REL_MAX[m]
+    assert np.array_equal(short_blocks, long_blocks)
+
+
 def test_conv_wino_refuses_other_weights():
     ctx = new_context(16 * ops.lib.ggml_tensor_overhead())
     try:

@@ -46,10 +46,10 @@ static inline __attribute__((always_inline)) void wino_bt_n(const float * restri
         }
     }
 #endif
-    for (; q < nb; q++)
+    for (; q < nb; q++)  /* the vector sums: a product, then fused multiply-adds in order */
         for (int64_t p = 0; p < n; p++) {
-            float acc = 0.0f;
-            for (int64_t r = 0; r < n; r++) acc += bt[p * n + r] * e[(r % m) * ng + r / m + q];
+            float acc = bt[p * n] * e[q];
+            for (int64_t r = 1; r < n; r++) acc = fmaf(bt[p * n + r], e[(r % m) * ng + r / m + q], acc);
             v[p * plane + q] = acc;
         }
 }
@@ -58,6 +58,8 @@ static void wino_bt(const float * bt, int64_t n, int64_t m, const float * e, int
                     int64_t plane) {
     if (n == 10 && m == 4) wino_bt_n(bt, 10, 4, e, ng, nb, v, plane);
     else if (n == 8 && m == 2) wino_bt_n(bt, 8, 2, e, ng, nb, v, plane);
+    else if (n == 10 && m == 10) wino_bt_n(bt, 10, 10, e, ng, nb, v, plane);  /* rows of whole tiles (wino_input_short) */
+    else if (n == 8 && m == 8) wino_bt_n(bt, 8, 8, e, ng, nb, v, plane);
     else wino_bt_n(bt, n, m, e, ng, nb, v, plane);
 }
 
@@ -83,9 +85,9 @@ static inline __attribute__((always_inline)) void wino_at_n(const float * restri
     }
 #endif
     for (int64_t i = 0; i < m; i++)
-        for (int64_t k = q; k < nq[i]; k++) {
-            float acc = 0.0f;
-            for (int64_t p = 0; p < n; p++) acc += at[i * n + p] * mr[p * mplane + k];
+        for (int64_t k = q; k < nq[i]; k++) {  /* the vector sums */
+            float acc = at[i * n] * mr[k];
+            for (int64_t p = 1; p < n; p++) acc = fmaf(at[i * n + p], mr[p * mplane + k], acc);
             yr[t0[i] + step * k] = acc;
         }
 }
@@ -124,6 +126,39 @@ static void wino_input(const struct wino * w, int64_t b0, int64_t nb, float * re
             }
             wino_bt(w->bt, n, m, gbuf, ng, nb, v + ci * ldv + j * nb, plane);
         }
+    }
+}
+
+/* Tile rows shorter than this take the transforms by channel (wino_input_short, wino_output_short):
+ * the by-residue ones vectorize over a residue's tile rows, 8 at a time, and ran a streamed
+ * chunk's few rows (1 to 3 in decoder block 1 at one frame) one scalar tile at a time. */
+enum { PG_WINO_SHORT = 8 };
+
+/* The input transform of tile rows [b0, b0 + nb) (nb short) for every input channel, as
+ * wino_input's: the n inputs of each of the channel's d nb tiles (column j nb + q: residue j,
+ * row q) gathered into rows tin[r][col] = xpad(j + d (m (b0 + q) - (K - 1) + r)), then one
+ * transform over all the columns, 8 at a time (the same sums as wino_input's for each tile). */
+static void wino_input_short(const struct wino * w, int64_t b0, int64_t nb, float * restrict tin, float * restrict v,
+                             int64_t ldv, int64_t plane) {
+    const int64_t m = w->m, n = w->n, d = w->d, cols = d * nb;
+    const int64_t c0 = d * (m * b0 - (w->kk - 1));  /* sample of input 0 of tile (0, 0) */
+    for (int64_t ci = 0; ci < w->cin; ci++) {
+        const float * xr = w->x + ci * w->ldx;
+        const float * pr = w->prev ? w->prev + ci * w->ldp : NULL;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t q = 0; q < nb; q++) {
+                const int64_t base = c0 + d * (m * q + r);  /* residue j's input: base + j */
+                float * restrict t = tin + r * cols + q;
+                if (base >= 0 && base + d <= w->len) {
+                    for (int64_t j = 0; j < d; j++) t[j * nb] = xr[base + j];
+                } else {
+                    for (int64_t j = 0; j < d; j++) {
+                        const int64_t c = base + j;
+                        t[j * nb] = c < 0 ? (pr ? pr[(w->kk - 1) * d + c] : 0.0f) : (c < w->len ? xr[c] : 0.0f);
+                    }
+                }
+            }
+        wino_bt(w->bt, n, n, tin, cols, cols, v + ci * ldv, plane);
     }
 }
 
@@ -189,6 +224,42 @@ static void wino_output(const struct wino * w, int64_t b0, int64_t nb, const flo
     }
 }
 
+/* The output transform of tile rows [b0, b0 + nb) (nb short), as wino_output's: for each output
+ * row, every column j nb + q at once, 8 at a time (the same sums as wino_at's), into tout[i][col],
+ * then each output before len to its sample j + d (m (b0 + q) + i). */
+static void wino_output_short(const struct wino * w, int64_t b0, int64_t nb, const float * mbuf, int64_t ldv,
+                              int64_t mplane, int64_t o0, int64_t o1, float * restrict tout) {
+    const int64_t m = w->m, n = w->n, d = w->d, cols = d * nb;
+    int64_t t0[PG_WINO_MAX_N], nq[PG_WINO_MAX_N];
+    for (int64_t i = 0; i < m; i++) {  /* wino_at's outputs i of columns [0, cols): cols of them, stored in turn */
+        t0[i] = i * cols;
+        nq[i] = cols;
+    }
+    for (int64_t r = 0; r < o1 - o0; r++) {
+        wino_at(w->at, n, m, mbuf + r * ldv, mplane, cols, nq, tout, t0, 1);
+        float * yr = w->y + (o0 + r) * w->ldy;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t q = 0; q < nb; q++) {
+                const int64_t t = d * (m * (b0 + q) + i);
+                const float * o = tout + i * cols + q;
+                const int64_t nj = w->len - t < d ? w->len - t : d;
+                for (int64_t j = 0; j < nj; j++) yr[t + j] = o[j * nb];
+            }
+    }
+}
+
+static void wino_input_rows(const struct wino * w, int64_t b0, int64_t nb, float * gbuf, float * v, int64_t ldv,
+                            int64_t plane) {
+    if (nb < PG_WINO_SHORT) wino_input_short(w, b0, nb, gbuf, v, ldv, plane);
+    else wino_input(w, b0, nb, gbuf, v, ldv, plane);
+}
+
+static void wino_output_rows(const struct wino * w, int64_t b0, int64_t nb, const float * mbuf, int64_t ldv,
+                             int64_t mplane, int64_t o0, int64_t o1, float * tout) {
+    if (nb < PG_WINO_SHORT) wino_output_short(w, b0, nb, mbuf, ldv, mplane, o0, o1, tout);
+    else wino_output(w, b0, nb, mbuf, ldv, mplane, o0, o1);
+}
+
 /* Segment s of a batched step (p[11] = S streams packed in turn along time, each of len
  * samples, with its own carried context: prev ne [(K - 1) d, S, Cin]). */
 static struct wino wino_segment(const struct wino * all, int64_t s) {
@@ -242,11 +313,14 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     if (ldv % 256 == 0) ldv += 16;
     const int64_t ng = nb + (w.n - 1) / w.m;
     const int64_t plane = w.cin * ldv + 32, mplane = rows * ldv + 32;
-    const size_t floats = (size_t)(w.m * ng + w.n * plane + w.n * mplane);
+    /* gbuf: wino_input's gathered inputs or wino_input_short's tile rows; tout: wino_output_short's */
+    const int64_t gfloats = w.m * ng > w.n * w.d * PG_WINO_SHORT ? w.m * ng : w.n * w.d * PG_WINO_SHORT;
+    const int64_t tfloats = w.m * w.d * PG_WINO_SHORT;
+    const size_t floats = (size_t)(gfloats + tfloats + w.n * plane + w.n * mplane);
     int slot;
     float * buf = pg_scratch_take(floats, &slot);
     if (!buf) { pg_scratch_give(buf, slot); return; }  /* out of memory: the output is left unset */
-    float * gbuf = buf, * v = gbuf + w.m * ng, * mbuf = v + w.n * plane;
+    float * gbuf = buf, * tout = gbuf + gfloats, * v = tout + tfloats, * mbuf = v + w.n * plane;
     const int prev_threads = pg_blas_enter(p);
     if (by_time) {  /* blocks of the segments' tile rows in turn, a block's pieces side by side in one product */
         for (int64_t b0 = i0; b0 < i1; b0 += block) {
@@ -255,7 +329,7 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
             for (int64_t r = b0; r < b1; r += cnt, col += cnt * w.d) {
                 cnt = wino_piece(r, b1, nrows, &s, &lr);
                 const struct wino ws = wino_segment(&w, s);
-                wino_input(&ws, lr, cnt, gbuf, v + col, ldv, plane);
+                wino_input_rows(&ws, lr, cnt, gbuf, v + col, ldv, plane);
             }
             int tslot = -1;
             float * vt = wino_by_rows(p, col) ? wino_transposed(&w, col, v, ldv, plane, &tslot) : NULL;
@@ -266,14 +340,14 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
             for (int64_t r = b0; r < b1; r += cnt, col += cnt * w.d) {
                 cnt = wino_piece(r, b1, nrows, &s, &lr);
                 const struct wino ws = wino_segment(&w, s);
-                wino_output(&ws, lr, cnt, mbuf + col, ldv, mplane, 0, w.cout);
+                wino_output_rows(&ws, lr, cnt, mbuf + col, ldv, mplane, 0, w.cout, tout);
             }
         }
     } else {
         const int64_t seg_cols = nrows * w.d;
         for (int64_t s = 0; s < segments; s++) {
             const struct wino ws = wino_segment(&w, s);
-            wino_input(&ws, 0, nrows, gbuf, v + s * seg_cols, ldv, plane);
+            wino_input_rows(&ws, 0, nrows, gbuf, v + s * seg_cols, ldv, plane);
         }
         int tslot = -1;
         float * vt = wino_by_rows(p, nt) ? wino_transposed(&w, nt, v, ldv, plane, &tslot) : NULL;
@@ -282,7 +356,7 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
             wino_products(p, &w, nt, v, ldv, plane, vt, mbuf, mplane, a, b);
             for (int64_t s = 0; s < segments; s++) {
                 const struct wino ws = wino_segment(&w, s);
-                wino_output(&ws, 0, nrows, mbuf + s * seg_cols, ldv, mplane, a, b);
+                wino_output_rows(&ws, 0, nrows, mbuf + s * seg_cols, ldv, mplane, a, b, tout);
             }
         }
         if (vt) pg_scratch_give(vt, tslot);
