@@ -306,16 +306,28 @@ WINO_MIN_TILES, WINO_MIN_BLOCKS, WINO_SPLIT_CHANNELS_BELOW = 128, 2, 1024
 # block 1's three convs of a 4-frame chunk (32-36 tiles) in 7.9-8.0 ms against OpenBLAS's 10.4,
 # 8 streams at one frame (64-72 tiles) in 17.6 against 20.2, block 2 at one frame in 4.1 against
 # 4.5 (2 threads, interleaved, minimum of 21); with 8-float vectors (AVX2) they lost to the BLAS
-# there (107 GFLOP/s against 138-171 at 36-72 tiles), and at 128 tiles and more, with 16 too.
+# there (107 GFLOP/s against 138-171 at 36-72 tiles). With 16-float vectors, convs of at least
+# WINO_ROWDOT_MIN_CHANNELS_16 input channels take row products at every tile count: a one-shot
+# decode's blocks (128-280 tiles) ran as fast as OpenBLAS's (768 channels: 14.2-16.3 ms against
+# 15.7-18.0; 384: 34.2-37.1 against 33.7-37.0), and streamed chunks then sum those convs' products
+# as the one-shot decode does (a stream's max abs from decode() fell from 7.5-8.8e-7 to 4.3e-7,
+# the same at every chunk). Below (192 and 96 channels: K of 192 or 96 values per row) the BLAS
+# was 20-50 % faster on long signals.
 WINO_ROWDOT_MAX_TILES = 16
 WINO_ROWDOT_MAX_TILES_16 = 80
+WINO_ROWDOT_MIN_CHANNELS_16 = 384
 
 
-def wino_rowdot_tiles() -> int:
-    """The most tiles a Winograd product takes by row products in this build (0: none)."""
+def wino_rowdot_tiles(cin: int) -> int:
+    """The most tiles a Winograd product over ``cin`` input channels takes by row products in
+    this build (0: none)."""
     if not ROWDOT:
         return 0
-    return WINO_ROWDOT_MAX_TILES_16 if _OPS["rowdot"] >= 16 else WINO_ROWDOT_MAX_TILES
+    if _OPS["rowdot"] >= 16:
+        return 1 << 40 if cin >= WINO_ROWDOT_MIN_CHANNELS_16 else WINO_ROWDOT_MAX_TILES_16
+    return WINO_ROWDOT_MAX_TILES
+
+
 WINO_BALANCE = 12  # block counts rounded up to a multiple of this (11 blocks left one of 2 threads 9 % idle)
 
 
@@ -349,7 +361,7 @@ def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = 
     keep.append(wino.tables)
     params = np.concatenate([BLAS.params, np.array([dilation, block, WINO_SPLIT_CHANNELS_BELOW, CONV_MIN_CHANNELS,
                                                     wino.m, wino.n, wino.tables.ctypes.data,
-                                                    wino_rowdot_tiles(), segments],
+                                                    wino_rowdot_tiles(cin), segments],
                                                    dtype=np.int64)])
     keep.append(params)
     srcs = [u, x] if prev is None else [u, x, prev]

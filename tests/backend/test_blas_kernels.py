@@ -188,7 +188,7 @@ def test_conv_wino_segments_are_separate_streams(segments, length, d, max_tiles,
     """A batched step's conv (S streams in turn along time, each after its own carried context)
     against each stream alone: within 2e-6 of float64 numpy, and bit for bit where both take the
     same product (row products for every tile count, ``max_tiles`` large)."""
-    monkeypatch.setattr(kernels, "wino_rowdot_tiles", lambda: max_tiles)
+    monkeypatch.setattr(kernels, "wino_rowdot_tiles", lambda cin: max_tiles)
     wino = winograd.VARIANTS[4]
     cin, cout = 24, 40
     rng = np.random.default_rng(segments * length + d)
@@ -226,7 +226,7 @@ def test_conv_wino_short_blocks_give_the_long_blocks_bits(m, d, threads, monkeyp
     tiles at once) against blocks of dozens (by residue, 8 tile rows at a time): the same bits,
     with row products on both sides, whose sums do not depend on the column count. Within
     2e-6 of float64 numpy too."""
-    monkeypatch.setattr(kernels, "wino_rowdot_tiles", lambda: 1 << 30)
+    monkeypatch.setattr(kernels, "wino_rowdot_tiles", lambda cin: 1 << 30)
     wino = winograd.VARIANTS[m]
     cin, cout, length = 24, 40, 1500
     rng = np.random.default_rng(d)

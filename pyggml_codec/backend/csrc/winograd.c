@@ -69,9 +69,8 @@ static inline __attribute__((always_inline)) void wino_at_n(const float * restri
         const int64_t m, const float * restrict mr, int64_t mplane, int64_t nb, const int64_t * nq, float * yr,
         const int64_t * t0, int64_t step) {
     int64_t q = 0;
-    const int64_t full = nq[m - 1] < nb ? nq[m - 1] : nb;  /* tiles whose m outputs all fall before len */
 #if defined(__AVX2__) && defined(__FMA__)
-    for (; q + 8 <= full; q += 8) {
+    for (; q + 8 <= nb; q += 8) {  /* outputs at or past len (k >= nq[i]: the last tiles') not stored */
         __m256 mv[PG_WINO_MAX_N];
         for (int64_t p = 0; p < n; p++) mv[p] = _mm256_loadu_ps(mr + p * mplane + q);
         for (int64_t i = 0; i < m; i++) {
@@ -80,7 +79,8 @@ static inline __attribute__((always_inline)) void wino_at_n(const float * restri
             float out[8];
             _mm256_storeu_ps(out, acc);
             float * yo = yr + t0[i] + step * q;
-            for (int k = 0; k < 8; k++) yo[step * k] = out[k];
+            const int64_t kn = nq[i] - q < 8 ? nq[i] - q : 8;
+            for (int64_t k = 0; k < kn; k++) yo[step * k] = out[k];
         }
     }
 #endif
