@@ -237,11 +237,15 @@ def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None):
 # [768 x 768]): 4-6x faster at 4 columns, 2.1-2.4x at 16, equal at 32-64, 0.6-0.7x at 128; an F16
 # matrix is read in half the bytes (a 1-column product 0.30 ms against 0.55; from memory such a
 # product runs at the bandwidth, 13.6 GB/s on one core of the 2-core development VM).
-# F32 matrices (an F32 file's): the products of fewer than BLAS_MIN_SIDE columns, where ggml's
-# matrix-vector product ran before (a streamed chunk of 1-3 frames), so that a one-shot decode's
-# products (16 columns and more) keep the BLAS's sums: the f32 bound for streams, 1e-6 max abs
-# against one graph at full size, sits at float32 rounding (9.2-9.7e-7 measured so; taking up to
-# 48 columns moved a 16-frame-chunk stream of the F32 file to 1.06e-6).
+# F32 matrices (an F32 file's, and an F16 file's codebook projections): with 8-float vectors the
+# products of fewer than BLAS_MIN_SIDE columns, where ggml's matrix-vector product ran before (a
+# streamed chunk of 1-3 frames), so that a one-shot decode's products (16 columns and more) keep
+# the BLAS's sums: the f32 bound for streams, 1e-6 max abs against one graph at full size, sits at
+# float32 rounding (9.2-9.7e-7 measured so; taking up to 48 columns moved a 16-frame-chunk stream
+# of the F32 file to 1.06e-6). With 16-float vectors, at every column count, like F16 matrices:
+# then every product of the decoder's latent stage sums each output in one order whatever the
+# chunk, and a stream's latent is decode()'s bit for bit (OpenBLAS's sums change with the column
+# count: a codebook's 8 x 1024 projection over 4 columns and over 32 differed).
 # F16 matrices: up to ROWDOT_MAX_N_F16 columns (8-float vectors), then upcast block by block for the BLAS, whose
 # upcast costs a read and a write of every weight per call (at 16 columns, a 16-frame chunk's
 # transformer, that was 8-10 ms per frame more than the row products).
@@ -252,20 +256,21 @@ def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None):
 ROWDOT_MAX_N = BLAS_MIN_SIDE - 1
 ROWDOT_MAX_N_F16 = 48
 ROWDOT_MAX_N_F16_16 = 1 << 40
+ROWDOT_MAX_N_F32_16 = 1 << 40
 ROWDOT_PANEL_BYTES = 1 << 20  # the columns whose rows stay in L2 while the weights pass
 ROWDOT = bool(AVAILABLE and _OPS["rowdot"] and _OPS["f16c"] and BLAS is not None)
 
 
 def mul_mat_rowdot_supported(a, b) -> bool:
     """F32 or F16 ``a`` and F32 ``b`` with contiguous rows, ggml's broadcast of ``a`` over ``b``'s
-    batches, and either an F16 ``a`` or at most ``ROWDOT_MAX_N`` columns."""
+    batches, and either an F16 ``a`` or at most ``rowdot_max_columns(F32)`` columns."""
     if not ROWDOT or int(b.contents.type) != 0 or int(a.contents.type) not in (0, 1):
         return False
     for t in (a, b):
         size = 2 if int(t.contents.type) == 1 else 4
         if int(t.contents.nb[0]) != size or int(t.contents.nb[1]) % size:
             return False
-    if int(a.contents.type) == 0 and int(b.contents.ne[1]) > ROWDOT_MAX_N:
+    if int(a.contents.type) == 0 and int(b.contents.ne[1]) > rowdot_max_columns(0):
         return False
     return (int(b.contents.ne[2]) % int(a.contents.ne[2]) == 0
             and int(b.contents.ne[3]) % int(a.contents.ne[3]) == 0)
@@ -273,9 +278,9 @@ def mul_mat_rowdot_supported(a, b) -> bool:
 
 def rowdot_max_columns(a_type: int) -> int:
     """The most columns a product against a matrix of ``a_type`` (F32 0, F16 1) takes by rows."""
-    if a_type != 1:
-        return ROWDOT_MAX_N
-    return ROWDOT_MAX_N_F16_16 if _OPS["rowdot"] >= 16 else ROWDOT_MAX_N_F16
+    if _OPS["rowdot"] >= 16:
+        return ROWDOT_MAX_N_F16_16 if a_type == 1 else ROWDOT_MAX_N_F32_16
+    return ROWDOT_MAX_N_F16 if a_type == 1 else ROWDOT_MAX_N
 
 
 def mul_mat_rowdot(ctx, a, b, keep: list):
@@ -368,3 +373,4 @@ def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = 
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
     return lib.ggml_custom_4d(ctx, 0, length * segments, cout, 1, 1, args, len(srcs), _OPS["conv_wino"],
                               N_TASKS_MAX, params.ctypes.data_as(ctypes.c_void_p))
+

@@ -50,8 +50,8 @@ def _rel(got: np.ndarray, want: np.ndarray) -> float:
     (129, 50, 16, 1, 1, 3), (129, 50, 200, 1, 1, 2),  # batches, a broadcast; F16 past 48 columns
 ])
 def test_rowdot_matches_numpy(a_type, k, m, n, batch_a, batch_b, threads):
-    if a_type == ops.F32 and n > kernels.ROWDOT_MAX_N:
-        pytest.skip("F32 products past ROWDOT_MAX_N columns go to the BLAS kernel")
+    if a_type == ops.F32 and n > kernels.rowdot_max_columns(ops.F32):
+        pytest.skip("F32 products past rowdot_max_columns(F32) columns go to the BLAS kernel")
     # F16 past ROWDOT_MAX_N_F16 columns (8-float vectors): upcast by blocks for the BLAS
     rng = np.random.default_rng(k + m + n)
     a = rng.standard_normal((batch_a, m, k)).astype(np.float16 if a_type == ops.F16 else np.float32)
@@ -108,7 +108,8 @@ def test_rowdot_refuses_what_it_cannot_read():
         wide = ops.new_tensor(ctx, ops.F32, (32, kernels.ROWDOT_MAX_N + 1))
         assert kernels.mul_mat_rowdot_supported(f16, narrow) and kernels.mul_mat_rowdot_supported(f32, narrow)
         assert kernels.mul_mat_rowdot_supported(f16, wide)  # F16: upcast for the BLAS past the limit
-        assert not kernels.mul_mat_rowdot_supported(f32, wide)  # F32 that wide: the BLAS kernel
+        # F32 that wide: the BLAS kernel with 8-float vectors, by rows with 16
+        assert kernels.mul_mat_rowdot_supported(f32, wide) == (kernels.rowdot_max_columns(ops.F32) > 1000)
         assert not kernels.mul_mat_rowdot_supported(f32, ops.new_tensor(ctx, ops.F16, (32, 4)))
         assert not kernels.mul_mat_rowdot_supported(ops.lib.ggml_transpose(ctx, f32), narrow)
         q8 = ops.new_tensor(ctx, binding.TYPE_Q8_0, (32, 32)) if hasattr(binding, "TYPE_Q8_0") else None
