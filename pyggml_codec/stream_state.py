@@ -101,9 +101,14 @@ class KVRows:
         """What a chunk's graph gets (``spec``, n new positions per stream): the bound arrays, and
         its row-index inputs. A batched graph writes the chunk's rows after each window and
         gathers each window with them (``spec.gather``); one stream's graph gets its window and the
-        rows after it as the bound array itself, and writes its rows at the end of it."""
+        rows after it as the bound array itself, and writes its rows at the end of it. With the
+        fused attention (``spec.first``) every graph gets the whole rows, and each window's first."""
         self.reserve(spec.leaves, spec.n)
         first = self.windows(slots, spec.n)
+        if spec.first:  # the fused op reads each window where it lies, from its first row
+            write = (first[:, None] + self.hist + np.arange(spec.n)).ravel()
+            return ({name: self.arrays[name] for name in spec.leaves},
+                    {spec.write: write, spec.first: first.astype(np.int32)})
         if not spec.gather:
             start, stop = int(first[0]), int(first[0]) + self.hist + spec.n
             return ({name: self.arrays[name][start:stop] for name in spec.leaves},

@@ -7,13 +7,16 @@ import pytest
 
 import pyggml_codec
 from parity import max_abs, random_codes, rel_rms, report, signal
+from pyggml_codec import stream_state
+from pyggml_codec.backend import arena_attention, kernels
 from pyggml_codec.codec import DECODE_CHUNK_FRAMES
 from pyggml_codec.stream_state import append_state
 from pyggml_codec.streaming import windowed_schedule
 
-# f32 mode: the streamed graph computes the same sums as one pass except the attention
-# rows (carried + masked key slots change the summation grouping) and the Winograd convs'
-# tiles, which fall differently in chunks: 1-2e-7 per tap, 3-4e-7 Winograd (tiny), 9e-7 (full).
+# f32 mode: the streamed graph computes the same sums as one pass except the Winograd convs'
+# tiles, which fall differently in chunks, and the BLAS's products, whose sums change with the
+# column count: 1-2e-7 per tap, 3-4e-7 Winograd (tiny), 6-7e-7 (full). The latent stage
+# (attention by the fused op, row products at every width with AVX-512) matches bit for bit.
 F32_MAX_ABS = 1e-6
 # s2cpp mode rounds every conv input to F16 (ulp 2^-11 ~ 4.9e-4 relative), which turns
 # those 1e-7 differences into ulp flips: the one-shot decode of a prefix already differs
@@ -129,22 +132,31 @@ def test_stream_validates_chunks(codec):
         assert sd.frames_pushed == 3
 
 
-@pytest.mark.parametrize("kv", ["arena", "concat"])
-def test_kv_lowerings_stream_alike(tiny_model, kv):
+@pytest.mark.parametrize("kv", ["arena", "arena-ggml", "concat"])
+def test_kv_lowerings_stream_alike(tiny_model, kv, monkeypatch):
     """Both lowerings of a streamed attention's keys and values (host arena rows read and written
-    in place, or carried state concatenated in the graph) give the one-shot decode, one stream and
-    a batched step, through the arena's moves (a one-frame stream moves its window back every
-    ARENA_SLACK frames; a chunk longer than that grows the rows, moving the live window) and a
-    reused slot. Metric: max abs against one graph; bound 1e-6."""
+    in place, its attention by the fused op or by ggml's ops, or carried state concatenated in the
+    graph) give the one-shot decode, one stream and a batched step, through the arena's moves (a
+    one-frame stream moves its window back every ARENA_SLACK frames; a chunk longer than that grows
+    the rows, moving the live window) and a reused slot. Metric: max abs against one graph; bound
+    1e-6."""
+    if kv == "arena-ggml":
+        monkeypatch.setattr(arena_attention, "WINDOW_ATTENTION", False)
+    elif kv == "arena" and not arena_attention.WINDOW_ATTENTION:
+        pytest.skip("compiled kernels not built")
+    fused, label = kv == "arena", kv
+    kv = kv.split("-")[0]
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1, lowerings={"kv": kv}) as c:
         sizes = c.config.quantizer.codebook_sizes
         codes = random_codes(sizes, 150, seed=12)  # > ARENA_SLACK + window at one frame a chunk
         c.decode_chunk_frames = None
         want = c.decode(codes)
         got = _streamed(c, _chunks(codes, [1] * 70 + [80]))
-        _, err = report(f"kv={kv} one stream, 70 x 1 frame then 80", got, want)
+        _, err = report(f"kv={label} one stream, 70 x 1 frame then 80", got, want)
         assert err <= F32_MAX_ABS
         assert c.lowerings["kv"] == kv
+        if kv == "arena":
+            assert c.lowerings["arena_attention"] == ("kernel" if fused else "ggml")
         with c.batch_stream_decoder(2) as bsd:
             a, b = bsd.join(), bsd.join()
             first = [bsd.push({a: codes[:, i:i + 1], b: codes[:, 60 + i:61 + i]}) for i in range(30)]
@@ -157,8 +169,49 @@ def test_kv_lowerings_stream_alike(tiny_model, kv):
         got_a = np.concatenate([o[a] for o in first + rest])
         got_c = np.concatenate([o[c2] for o in rest])
         for name, g, w in (("a", got_a, want[:40 * 2048]), ("new stream in a reused slot", got_c, want[:10 * 2048])):
-            _, err = report(f"kv={kv} batched {name}", g, w)
+            _, err = report(f"kv={label} batched {name}", g, w)
             assert err <= F32_MAX_ABS
+
+
+@pytest.mark.skipif(not (arena_attention.WINDOW_ATTENTION and kernels.ROWDOT
+                          and kernels.rowdot_max_columns(0) > 1000 and kernels.rowdot_max_columns(1) > 1000),
+                    reason="needs the fused attention and row products at every width (AVX-512 builds)")
+def test_streamed_latent_is_decodes_bit_for_bit(tiny_model, monkeypatch):
+    """The decoder's latent stage (codebooks, post-module transformer, upsampling) of a stream,
+    at any chunking, one stream or batched, is decode()'s bit for bit: its products sum each
+    output in one order whatever the column count, and its attention each query over its visible
+    keys alone. Metric: np.array_equal of the latents (the audio is held to 1e-6 elsewhere)."""
+    latents: list[np.ndarray] = []
+    run = stream_state.StreamStates.run
+
+    def recording(self, kind, *args, **kw):
+        out, pending = run(self, kind, *args, **kw)
+        if kind == "stream-latent":
+            latents.append(out["latent"])
+        return out, pending
+
+    monkeypatch.setattr(stream_state.StreamStates, "run", recording)
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=2) as c:
+        codes = random_codes(c.config.quantizer.codebook_sizes, 70, seed=4)
+        c.decode(codes)  # 70 > decode_chunk_frames: a stream of 32-frame chunks
+        want = np.concatenate(latents, axis=-1)
+        for sizes in ([1] * 70, [3] * 23 + [1], _random_split(70, 5)):
+            latents.clear()
+            with c.stream_decoder() as sd:
+                for chunk in _chunks(codes, sizes):
+                    sd.push(chunk)
+            got = np.concatenate(latents, axis=-1)
+            print(f"latent, chunks {sizes[:6]}...: max abs vs decode() {max_abs(got, want):.1e}")
+            assert np.array_equal(got, want)
+        latents.clear()
+        with c.batch_stream_decoder(2) as bsd:
+            a, b = bsd.join(), bsd.join()
+            for i in range(0, 70, 2):
+                bsd.push({a: codes[:, i:i + 2], b: codes[:, i:i + 2]})
+        per = latents[0].shape[-1] // 2  # each step: stream a's columns, then b's
+        got = np.concatenate([lat[..., :per] for lat in latents], axis=-1)
+        print(f"latent, 2 streams in steps of 2: max abs vs decode() {max_abs(got, want):.1e}")
+        assert np.array_equal(got, want)
 
 
 @pytest.mark.slow

@@ -46,6 +46,7 @@ SYMBOLS = {  # op -> (C function, ggml callback type)
     "conv_wino": ("pg_conv_wino", lib.ggml_custom_op_t),
     "col2im": ("pg_col2im", lib.ggml_custom_op_t),
     "mul_mat_rowdot": ("pg_mul_mat_rowdot", lib.ggml_custom_op_t),
+    "window_attention": ("pg_window_attention", lib.ggml_custom_op_t),
 }
 # The exact build (_kernels_exact: no -ffast-math, no contraction) of the elementwise kernels,
 # which the "s2cpp" precision runs: ggml's op chain's values, bit for bit.

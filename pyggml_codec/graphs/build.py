@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..backend import kernels
+from ..backend import arena_attention, kernels
 from ..backend.graph import Graph
 from ..model.loader import LoadedModel
 from ..model.weights import ru_layout
@@ -53,7 +53,8 @@ class CodecGraphs:
                            conv_transpose=plan["conv_transpose"], left_pad=plan["left_pad"],
                            attention=plan["attention"], matmul=plan["matmul"] if fast_cpu else "ggml",
                            conv=layout if layout != "conv" and fast_cpu else "im2col", ru_weights=layout,
-                           quantized=plan.get("quantized", "native"), kv=plan.get("kv", "concat"))
+                           quantized=plan.get("quantized", "native"), kv=plan.get("kv", "concat"),
+                           attention_kernel=fast_cpu and not exact and arena_attention.WINDOW_ATTENTION)
 
     @staticmethod
     def codes_feed(codes: np.ndarray) -> dict[str, np.ndarray]:

@@ -71,7 +71,9 @@ class KVArena:
     ``n`` new rows per stream at the rows the ``write`` input lists (``ggml_set_rows``), then
     gathers each stream's ``window - 1`` carried rows and its new ones, in time order, from the
     rows the ``read`` input lists (``ggml_get_rows``). One stream's graph (``gather`` False) is
-    lent just its window and the rows after it, in which it writes its rows at the end: no gather."""
+    lent just its window and the rows after it, in which it writes its rows at the end: no gather.
+    With ``first`` (the CPU kernels, ``f32``), one op reads every stream's window where it lies,
+    from the row the ``first`` input gives: no gather either."""
 
     write: str
     read: str | None
@@ -79,6 +81,7 @@ class KVArena:
     hist: int  # carried positions per stream: window - 1
     width: int
     gather: bool  # several streams (a batched step): gather each one's window
+    first: str | None = None  # fused attention (kernels.window_attention): the input of each stream's first row
     leaves: list[str] = field(default_factory=list)  # bound inputs (Builder.bound_input), one per layer and k / v
     indices: tuple = ()  # the write and read input tensors
 
@@ -131,6 +134,7 @@ class Builder:
     kv: str = "concat"  # streamed attention's keys and values: state inputs concatenated with the
     # chunk's ("concat") or rows of a host arena read and written in place ("arena", CPU; KVArena)
     bound: dict[str, Tensor] = field(default_factory=dict)  # leaves whose memory a run lends (CPU)
+    attention_kernel: bool = False  # "arena" attention in one compiled op (kernels.window_attention)
 
     @property
     def f16_convs(self) -> bool:

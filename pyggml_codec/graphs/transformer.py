@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import convs, ops
+from ..backend import arena_attention
 from ..backend.binding import lib
 from ..model.config import TransformerConfig
 from ..model.weights import LAYER_TENSORS
@@ -83,11 +84,15 @@ def stream_inputs(g: Builder, n: int, window: int, prefix: str,
     if g.kv == "arena" and window > 1:
         g.lowerings["kv"] = "arena"
         hist, n_one = window - 1, n // b
-        arena = ops.KVArena(f"{prefix}.kv_write"[-60:], f"{prefix}.kv_read"[-60:] if b > 1 else None, n_one, hist,
-                            width, gather=b > 1)
+        fused = g.attention_kernel
+        g.lowerings["arena_attention"] = "kernel" if fused else "ggml"
+        arena = ops.KVArena(f"{prefix}.kv_write"[-60:], f"{prefix}.kv_read"[-60:] if b > 1 and not fused else None,
+                            n_one, hist, width, gather=b > 1 and not fused,
+                            first=f"{prefix}.kv_first"[-60:] if fused else None)
         write = g.input(arena.write, np.arange(hist, hist + n, dtype=np.int64), ops.I64)  # fed per chunk
-        read = g.input(arena.read, np.arange((hist + n_one) * b, dtype=np.int32), ops.I32) if b > 1 else None
-        arena.indices = (write, read)
+        read = g.input(arena.read, np.arange((hist + n_one) * b, dtype=np.int32), ops.I32) if arena.read else None
+        first = g.input(arena.first, np.zeros(b, np.int32), ops.I32) if fused else None
+        arena.indices = (write, read, first)
         g.stream.kv[pos_name] = arena
     elif window > 1:
         g.lowerings["kv"] = "concat"
@@ -135,12 +140,14 @@ def _arena_rows(g: Builder, arena: ops.KVArena, x: Tensor) -> Tensor:
     hd, nkv, t = ops.shape(x)[:3]
     name = f"arena.{sum(len(a.leaves) for a in g.stream.kv.values())}"
     arena.leaves.append(name)
-    write, read = arena.indices
-    if arena.gather:
+    write, read, _ = arena.indices
+    if arena.gather or arena.first:
         leaf = g.bound_input(name, arena.width)
     else:  # one stream: lent its window and the rows after it
         leaf = g.bound_input(name, arena.width, arena.hist + arena.n)
     rows = lib.ggml_set_rows(g.ctx, leaf, ops.reshape_2d(g, lib.ggml_cont(g.ctx, x), hd * nkv, t), write)
+    if arena.first:  # read in place by the fused op: [hd * Hkv, rows]
+        return rows
     if arena.gather:
         rows = lib.ggml_get_rows(g.ctx, rows, read)  # [hd * Hkv, (hist + n) * B]
     return lib.ggml_reshape_4d(g.ctx, rows, hd, nkv, arena.hist + arena.n, g.stream.batch)
@@ -156,11 +163,15 @@ def _arena_attention(g: Builder, q: Tensor, k: Tensor, v: Tensor, cfg: Transform
     the one gather. Returns [hd * H, n * B]."""
     b, (hd, nh, t) = g.stream.batch, ops.shape(q)[:3]
     n = t // b
+    scale = 1.0 / float(np.sqrt(cfg.head_dim))
+    if arena.first:  # one op over the arena's rows (kernels.window_attention)
+        return arena_attention.window_attention(g.ctx, q, _arena_rows(g, arena, k), _arena_rows(g, arena, v),
+                                        arena.indices[2], mask, scale, g.keep)
     keys = lib.ggml_permute(g.ctx, _arena_rows(g, arena, k), 0, 2, 1, 3)  # [hd, T_k, Hkv, B]
     values = lib.ggml_permute(g.ctx, _arena_rows(g, arena, v), 0, 2, 1, 3)  # [hd, T_k, Hkv, B]
     q = lib.ggml_permute(g.ctx, lib.ggml_reshape_4d(g.ctx, q, hd, nh, n, b), 0, 2, 1, 3)  # [hd, n, H, B]
     scores = ops.mul_mat(g, keys, q)  # [T_k, n, H, B]
-    probs = lib.ggml_soft_max_ext(g.ctx, scores, mask, 1.0 / float(np.sqrt(cfg.head_dim)), 0.0)
+    probs = lib.ggml_soft_max_ext(g.ctx, scores, mask, scale, 0.0)
     out = lib.ggml_out_prod(g.ctx, values, lib.ggml_transpose(g.ctx, probs))  # [hd, n, H, B]
     out = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, out, 0, 2, 1, 3))  # [hd, H, n, B]
     return ops.reshape_2d(g, out, hd * nh, t)
