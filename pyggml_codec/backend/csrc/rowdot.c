@@ -49,7 +49,11 @@ static inline float vsum(pg_vf v) {
 #define PG_RD_VECTOR 0
 #endif
 
-int pg_rowdot_lanes(void) { return PG_RD_VECTOR ? PG_RD_V : 0; }
+#if PG_RD_VECTOR
+int pg_rowdot_lanes(void) { return PG_RD_V; }
+#else
+int pg_rowdot_lanes(void) { return 0; }  /* a build without AVX2 (PYGGML_CODEC_PORTABLE=1): the BLAS does it */
+#endif
 
 /* n F16 values upcast to F32 (exact) */
 static void pg_f16_to_f32(const uint16_t * restrict h, float * restrict f, int64_t n) {
