@@ -105,17 +105,16 @@ class KVRows:
         fused attention (``spec.first``) every graph gets the whole rows, and each window's first."""
         self.reserve(spec.leaves, spec.n)
         first = self.windows(slots, spec.n)
-        if spec.first:  # the fused op reads each window where it lies, from its first row
-            write = (first[:, None] + self.hist + np.arange(spec.n)).ravel()
-            return ({name: self.arrays[name] for name in spec.leaves},
-                    {spec.write: write, spec.first: first.astype(np.int32)})
-        if not spec.gather:
+        if not spec.gather and not spec.first:
             start, stop = int(first[0]), int(first[0]) + self.hist + spec.n
             return ({name: self.arrays[name][start:stop] for name in spec.leaves},
                     {spec.write: np.arange(self.hist, self.hist + spec.n, dtype=np.int64)})
+        arrays = {name: self.arrays[name] for name in spec.leaves}
         write = (first[:, None] + self.hist + np.arange(spec.n)).ravel()
+        if spec.first:  # the fused op reads each window where it lies, from its first row
+            return arrays, {spec.write: write, spec.first: first.astype(np.int32)}
         read = (first[:, None] + np.arange(self.hist + spec.n)).ravel().astype(np.int32)
-        return {name: self.arrays[name] for name in spec.leaves}, {spec.write: write, spec.read: read}
+        return arrays, {spec.write: write, spec.read: read}
 
 
 class StreamStates:

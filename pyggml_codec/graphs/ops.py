@@ -81,7 +81,7 @@ class KVArena:
     hist: int  # carried positions per stream: window - 1
     width: int
     gather: bool  # several streams (a batched step): gather each one's window
-    first: str | None = None  # fused attention (kernels.window_attention): the input of each stream's first row
+    first: str | None = None  # fused attention (arena_attention.window_attention): the input of each stream's first row
     leaves: list[str] = field(default_factory=list)  # bound inputs (Builder.bound_input), one per layer and k / v
     indices: tuple = ()  # the write and read input tensors
 
@@ -134,7 +134,7 @@ class Builder:
     kv: str = "concat"  # streamed attention's keys and values: state inputs concatenated with the
     # chunk's ("concat") or rows of a host arena read and written in place ("arena", CPU; KVArena)
     bound: dict[str, Tensor] = field(default_factory=dict)  # leaves whose memory a run lends (CPU)
-    attention_kernel: bool = False  # "arena" attention in one compiled op (kernels.window_attention)
+    attention_kernel: bool = False  # "arena" attention in one compiled op (arena_attention.py)
 
     @property
     def f16_convs(self) -> bool:

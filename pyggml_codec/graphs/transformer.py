@@ -164,7 +164,7 @@ def _arena_attention(g: Builder, q: Tensor, k: Tensor, v: Tensor, cfg: Transform
     b, (hd, nh, t) = g.stream.batch, ops.shape(q)[:3]
     n = t // b
     scale = 1.0 / float(np.sqrt(cfg.head_dim))
-    if arena.first:  # one op over the arena's rows (kernels.window_attention)
+    if arena.first:  # one op over the arena's rows (arena_attention.window_attention)
         return arena_attention.window_attention(g.ctx, q, _arena_rows(g, arena, k), _arena_rows(g, arena, v),
                                         arena.indices[2], mask, scale, g.keep)
     keys = lib.ggml_permute(g.ctx, _arena_rows(g, arena, k), 0, 2, 1, 3)  # [hd, T_k, Hkv, B]

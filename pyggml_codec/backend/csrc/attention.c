@@ -1,5 +1,5 @@
-/* Streamed attention read in place from a key/value arena (the "arena" lowering, kernels.py:
- * window_attention): for each stream b, head h and query i, the scores against the keys of the
+/* Streamed attention read in place from a key/value arena (the "arena" lowering,
+ * arena_attention.window_attention): for each stream b, head h and query i, the scores against the keys of the
  * stream's window (rows first[b], first[b] + 1, ... of the arena), the mask added, a softmax and
  * the values' weighted sum, in one op: no window is gathered, permuted or transposed.
  *
@@ -29,9 +29,7 @@ static inline float att_dot(const float * restrict a, const float * restrict b, 
     if (n >= 8) {
         __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b));
         for (d = 8; d + 8 <= n; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
-        const __m128 q = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-        const __m128 p = _mm_add_ps(q, _mm_movehl_ps(q, q));
-        s = _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)));
+        s = pg_hsum8(acc);
     }
 #endif
     for (; d < n; d++) s = fmaf(a[d], b[d], s);

@@ -9,8 +9,18 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <pthread.h>
-#if defined(__F16C__) || defined(__AVX2__)
+#if defined(__F16C__) || defined(__AVX__)
 #include <immintrin.h>
+#endif
+
+#if defined(__AVX__)
+/* The 8 lanes of v added by one fixed tree: lanes k and k + 4, then k and k + 2, then the pair
+ * (the row products' and the fused attention's sums). */
+static inline float pg_hsum8(__m256 v) {
+    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 p = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)));
+}
 #endif
 
 struct pg_tensor {            /* mirrors struct ggml_tensor up to `data` (ggml 0.15.3) */

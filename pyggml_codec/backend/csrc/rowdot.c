@@ -24,10 +24,7 @@ typedef __m512 pg_vf;
 #define VLOADH(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 static inline float vsum(pg_vf v) {
-    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    const __m128 p = _mm_add_ps(q, _mm_movehl_ps(q, q));
-    return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)));
+    return pg_hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
 #define PG_RD_VECTOR 1
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -39,11 +36,7 @@ typedef __m256 pg_vf;
 #define VLOAD(p) _mm256_loadu_ps(p)
 #define VLOADH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-static inline float vsum(pg_vf v) {
-    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 p = _mm_add_ps(q, _mm_movehl_ps(q, q));
-    return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)));
-}
+static inline float vsum(pg_vf v) { return pg_hsum8(v); }
 #define PG_RD_VECTOR 1
 #else
 #define PG_RD_VECTOR 0
