@@ -184,11 +184,18 @@ def test_conv_wino_matches_numpy(m, cin, cout, length, d, with_prev, threads, mo
     (2, 1500, 3, 16, 2), (3, 700, 1, 10_000, 2),  # long steps split time in blocks of tile rows that run
     # on from one stream into the next (the second: its block 0 ends 88 rows into stream 1), by rows
 ])
-def test_conv_wino_segments_are_separate_streams(segments, length, d, max_tiles, threads, monkeypatch):
+@pytest.mark.parametrize("block_rows", [None, 5, 12])
+def test_conv_wino_segments_are_separate_streams(segments, length, d, max_tiles, threads, block_rows, monkeypatch):
     """A batched step's conv (S streams in turn along time, each after its own carried context)
     against each stream alone: within 2e-6 of float64 numpy, and bit for bit where both take the
-    same product (row products for every tile count, ``max_tiles`` large)."""
+    same product (row products for every tile count, ``max_tiles`` large). ``block_rows``: the
+    step split in time in blocks of that many tile rows at most, whatever its length, so that
+    blocks hold short pieces of several streams (transformed together) next to long ones."""
     monkeypatch.setattr(kernels, "wino_rowdot_tiles", lambda cin: max_tiles)
+    if block_rows is not None:
+        monkeypatch.setattr(kernels, "WINO_SPLIT_CHANNELS_BELOW", 0)
+        monkeypatch.setattr(kernels, "WINO_CHUNK_BYTES", 1)
+        monkeypatch.setattr(kernels, "WINO_MIN_TILES", block_rows * d)
     wino = winograd.VARIANTS[4]
     cin, cout = 24, 40
     rng = np.random.default_rng(segments * length + d)

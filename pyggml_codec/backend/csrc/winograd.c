@@ -30,23 +30,38 @@ struct wino {
     int64_t ldy;
 };
 
+/* The first k of 8 lanes, for a masked load or store (k < 8). */
+#if defined(__AVX2__) && defined(__FMA__)
+static inline __m256i wino_lanes(int64_t k) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
+
 /* v_p[q] = sum_r BT[p][r] e_{r % m}[q + r / m] for q < nb, p < n: 8 tiles at a time with
- * the n inputs in registers (n and m constant where inlined), the rest one by one. */
+ * the n inputs in registers (n and m constant where inlined), the last 1 to 7 tiles through
+ * masked loads and stores. Each lane sums a product, then fused multiply-adds in order: the
+ * scalar loop's sums (builds without AVX2), so every tile gets the same bits wherever it lies. */
 static inline __attribute__((always_inline)) void wino_bt_n(const float * restrict bt, const int64_t n,
         const int64_t m, const float * restrict e, int64_t ng, int64_t nb, float * restrict v, int64_t plane) {
     int64_t q = 0;
 #if defined(__AVX2__) && defined(__FMA__)
-    for (; q + 8 <= nb; q += 8) {
+    for (; q < nb; q += 8) {
+        const int whole = q + 8 <= nb;
+        const __m256i lanes = wino_lanes(nb - q);
         __m256 in[PG_WINO_MAX_N];
-        for (int64_t r = 0; r < n; r++) in[r] = _mm256_loadu_ps(e + (r % m) * ng + r / m + q);
+        for (int64_t r = 0; r < n; r++) {
+            const float * src = e + (r % m) * ng + r / m + q;
+            in[r] = whole ? _mm256_loadu_ps(src) : _mm256_maskload_ps(src, lanes);
+        }
         for (int64_t p = 0; p < n; p++) {
             __m256 acc = _mm256_mul_ps(_mm256_set1_ps(bt[p * n]), in[0]);
             for (int64_t r = 1; r < n; r++) acc = _mm256_fmadd_ps(_mm256_set1_ps(bt[p * n + r]), in[r], acc);
-            _mm256_storeu_ps(v + p * plane + q, acc);
+            if (whole) _mm256_storeu_ps(v + p * plane + q, acc);
+            else _mm256_maskstore_ps(v + p * plane + q, lanes, acc);
         }
     }
 #endif
-    for (; q < nb; q++)  /* the vector sums: a product, then fused multiply-adds in order */
+    for (; q < nb; q++)
         for (int64_t p = 0; p < n; p++) {
             float acc = bt[p * n] * e[q];
             for (int64_t r = 1; r < n; r++) acc = fmaf(bt[p * n + r], e[(r % m) * ng + r / m + q], acc);
@@ -64,22 +79,31 @@ static void wino_bt(const float * bt, int64_t n, int64_t m, const float * e, int
 }
 
 /* y[t0 + m d k] (i-th output of tile k) = sum_p A[i][p] m_p[k] for k < nq_i, i < m, where
- * m_p = mr + p * mplane: 8 tiles at a time with the n products in registers. */
+ * m_p = mr + p * mplane: 8 tiles at a time with the n products in registers, the last 1 to 7
+ * through masked loads (the same sums in every lane, as in wino_bt_n). */
 static inline __attribute__((always_inline)) void wino_at_n(const float * restrict at, const int64_t n,
         const int64_t m, const float * restrict mr, int64_t mplane, int64_t nb, const int64_t * nq, float * yr,
         const int64_t * t0, int64_t step) {
     int64_t q = 0;
 #if defined(__AVX2__) && defined(__FMA__)
-    for (; q + 8 <= nb; q += 8) {  /* outputs at or past len (k >= nq[i]: the last tiles') not stored */
+    for (; q < nb; q += 8) {  /* outputs at or past len (k >= nq[i]: the last tiles') not stored */
+        const int whole = q + 8 <= nb;
+        const __m256i lanes = wino_lanes(nb - q);
         __m256 mv[PG_WINO_MAX_N];
-        for (int64_t p = 0; p < n; p++) mv[p] = _mm256_loadu_ps(mr + p * mplane + q);
+        for (int64_t p = 0; p < n; p++)
+            mv[p] = whole ? _mm256_loadu_ps(mr + p * mplane + q) : _mm256_maskload_ps(mr + p * mplane + q, lanes);
         for (int64_t i = 0; i < m; i++) {
+            const int64_t kn = nq[i] - q < 8 ? nq[i] - q : 8;
+            if (kn <= 0) continue;
             __m256 acc = _mm256_mul_ps(_mm256_set1_ps(at[i * n]), mv[0]);
             for (int64_t p = 1; p < n; p++) acc = _mm256_fmadd_ps(_mm256_set1_ps(at[i * n + p]), mv[p], acc);
+            float * yo = yr + t0[i] + step * q;
+            if (step == 1 && kn == 8) {
+                _mm256_storeu_ps(yo, acc);
+                continue;
+            }
             float out[8];
             _mm256_storeu_ps(out, acc);
-            float * yo = yr + t0[i] + step * q;
-            const int64_t kn = nq[i] - q < 8 ? nq[i] - q : 8;
             for (int64_t k = 0; k < kn; k++) yo[step * k] = out[k];
         }
     }
@@ -99,65 +123,102 @@ static void wino_at(const float * at, int64_t n, int64_t m, const float * mr, in
     else wino_at_n(at, n, m, mr, mplane, nb, nq, yr, t0, step);
 }
 
+/* For wino_input: of the ng inputs e_i[q] = xpad(c + m d q) of residue j, phase i (c = j + d (m b0 -
+ * (K - 1) + i)), the first inside x (lh[0]) and the first past its end (lh[1]). */
+static void wino_inside(const struct wino * w, int64_t b0, int64_t ng, int64_t j, int64_t i, int64_t * lh) {
+    const int64_t step = w->m * w->d, c = j + w->d * (w->m * b0 - (w->kk - 1) + i);
+    int64_t lo = c >= 0 ? 0 : (-c + step - 1) / step, hi = c >= w->len ? 0 : (w->len - c + step - 1) / step;
+    lo = lo < ng ? lo : ng;
+    lh[0] = lo;
+    lh[1] = hi < lo ? lo : hi < ng ? hi : ng;
+}
+
 /* Input transform of tile rows [b0, b0 + nb) for every input channel: v[p][ci][j nb + q].
  * The inputs of channel ci, residue j are first gathered (strided by d) and split by phase:
  * e_i[q] = xpad(j + d (m (b0 + q) - (K - 1) + i)), so that input r of tile q is
  * e_{r % m}[q + r / m]. */
 static void wino_input(const struct wino * w, int64_t b0, int64_t nb, float * restrict gbuf, float * restrict v,
                        int64_t ldv, int64_t plane) {
-    const int64_t m = w->m, n = w->n, d = w->d, ng = nb + (n - 1) / m;
+    const int64_t m = w->m, n = w->n, d = w->d, ng = nb + (n - 1) / m, step = m * d;
+    /* e_i[q] = xpad(c0 + i d + step q), c0 = j + d (m b0 - (K - 1)): the context for q < lo[.],
+     * x up to hi[.], zeros past it (per residue j and phase i; the same for every channel) */
+    enum { KEPT = 64 };
+    int64_t lohi[2 * KEPT];
+    const int kept = d * m <= KEPT;
+    for (int64_t k = 0; k < (kept ? d * m : 0); k++) wino_inside(w, b0, ng, k / m, k % m, lohi + 2 * k);
     for (int64_t ci = 0; ci < w->cin; ci++) {
         const float * xr = w->x + ci * w->ldx;
         const float * pr = w->prev ? w->prev + ci * w->ldp : NULL;
         for (int64_t j = 0; j < d; j++) {
-            const int64_t c0 = j + d * (m * b0 - (w->kk - 1));  /* column of e_0[0] */
-            const int inside = c0 >= 0 && c0 + d * (m * ng - 1) < w->len;
             for (int64_t i = 0; i < m; i++) {
                 float * restrict e = gbuf + i * ng;
-                if (inside) {
-                    const float * s = xr + c0 + i * d;
-                    for (int64_t q = 0; q < ng; q++) e[q] = s[m * d * q];
-                } else {
-                    for (int64_t q = 0; q < ng; q++) {
-                        const int64_t c = c0 + d * (m * q + i);
-                        e[q] = c < 0 ? (pr ? pr[(w->kk - 1) * d + c] : 0.0f) : (c < w->len ? xr[c] : 0.0f);
-                    }
-                }
+                const int64_t c = j + d * (m * b0 - (w->kk - 1)) + i * d;  /* the sample of e_i[0] */
+                int64_t own[2];
+                const int64_t * lh = kept ? lohi + 2 * (j * m + i) : own;
+                if (!kept) wino_inside(w, b0, ng, j, i, own);
+                int64_t q = 0;
+                for (; q < lh[0]; q++) e[q] = pr ? pr[(w->kk - 1) * d + c + step * q] : 0.0f;  /* the context */
+                for (; q < lh[1]; q++) e[q] = xr[c + step * q];
+                for (; q < ng; q++) e[q] = 0.0f;
             }
             wino_bt(w->bt, n, m, gbuf, ng, nb, v + ci * ldv + j * nb, plane);
         }
     }
 }
 
-/* Tile rows shorter than this take the transforms by channel (wino_input_short, wino_output_short):
+/* Tile rows shorter than this take the transforms by channel (wino_input_span, wino_output_span):
  * the by-residue ones vectorize over a residue's tile rows, 8 at a time, and ran a streamed
  * chunk's few rows (1 to 3 in decoder block 1 at one frame) one scalar tile at a time. */
 enum { PG_WINO_SHORT = 8 };
 
-/* The input transform of tile rows [b0, b0 + nb) (nb short) for every input channel, as
- * wino_input's: the n inputs of each of the channel's d nb tiles (column j nb + q: residue j,
- * row q) gathered into rows tin[r][col] = xpad(j + d (m (b0 + q) - (K - 1) + r)), then one
- * transform over all the columns, 8 at a time (the same sums as wino_input's for each tile). */
-static void wino_input_short(const struct wino * w, int64_t b0, int64_t nb, float * restrict tin, float * restrict v,
-                             int64_t ldv, int64_t plane) {
-    const int64_t m = w->m, n = w->n, d = w->d, cols = d * nb;
-    const int64_t c0 = d * (m * b0 - (w->kk - 1));  /* sample of input 0 of tile (0, 0) */
+/* Segment s of a batched step (p[11] = S streams packed in turn along time, each of len
+ * samples, with its own carried context: prev ne [(K - 1) d, S, Cin]). */
+static struct wino wino_segment(const struct wino * all, int64_t s) {
+    struct wino w = *all;
+    w.x = all->x + s * all->len;
+    w.y = all->y + s * all->len;
+    if (all->prev) w.prev = all->prev + s * ((all->kk - 1) * all->d);
+    return w;
+}
+
+/* The part of tile rows [r, b1) (counted over the segments in turn) that lies in one segment:
+ * that segment (*s), its first row there (*lr); returns its row count. */
+static int64_t wino_piece(int64_t r, int64_t b1, int64_t nrows, int64_t * s, int64_t * lr) {
+    *s = r / nrows;
+    *lr = r - *s * nrows;
+    return ((*s + 1) * nrows < b1 ? (*s + 1) * nrows : b1) - r;
+}
+
+/* The input transform of tile rows [r0, r1) (counted over the segments in turn, each piece
+ * short) for every input channel, as wino_input's: the n inputs of each tile (column col + j cnt + q
+ * of a piece of cnt rows at column col: residue j, row q) gathered into rows
+ * tin[r][col] = xpad(j + d (m (lr + q) - (K - 1) + r)) of its segment, then one transform over
+ * every piece's columns at once, 8 at a time (the same sums as wino_input's for each tile). */
+static void wino_input_span(const struct wino * w, int64_t r0, int64_t r1, int64_t nrows, float * restrict tin,
+                            float * restrict v, int64_t ldv, int64_t plane) {
+    const int64_t m = w->m, n = w->n, d = w->d, cols = d * (r1 - r0);
     for (int64_t ci = 0; ci < w->cin; ci++) {
-        const float * xr = w->x + ci * w->ldx;
-        const float * pr = w->prev ? w->prev + ci * w->ldp : NULL;
-        for (int64_t r = 0; r < n; r++)
-            for (int64_t q = 0; q < nb; q++) {
-                const int64_t base = c0 + d * (m * q + r);  /* residue j's input: base + j */
-                float * restrict t = tin + r * cols + q;
-                if (base >= 0 && base + d <= w->len) {
-                    for (int64_t j = 0; j < d; j++) t[j * nb] = xr[base + j];
-                } else {
-                    for (int64_t j = 0; j < d; j++) {
-                        const int64_t c = base + j;
-                        t[j * nb] = c < 0 ? (pr ? pr[(w->kk - 1) * d + c] : 0.0f) : (c < w->len ? xr[c] : 0.0f);
+        int64_t s, lr, cnt, col = 0;
+        for (int64_t r0p = r0; r0p < r1; r0p += cnt, col += cnt * d) {
+            cnt = wino_piece(r0p, r1, nrows, &s, &lr);
+            const struct wino ws = wino_segment(w, s);
+            const float * xr = ws.x + ci * ws.ldx;
+            const float * pr = ws.prev ? ws.prev + ci * ws.ldp : NULL;
+            const int64_t c0 = d * (m * lr - (w->kk - 1));  /* sample of input 0 of the piece's tile (0, 0) */
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t q = 0; q < cnt; q++) {
+                    const int64_t base = c0 + d * (m * q + r);  /* residue j's input: base + j */
+                    float * restrict t = tin + r * cols + col + q;
+                    if (base >= 0 && base + d <= w->len) {
+                        for (int64_t j = 0; j < d; j++) t[j * cnt] = xr[base + j];
+                    } else {
+                        for (int64_t j = 0; j < d; j++) {
+                            const int64_t c = base + j;
+                            t[j * cnt] = c < 0 ? (pr ? pr[(w->kk - 1) * d + c] : 0.0f) : (c < w->len ? xr[c] : 0.0f);
+                        }
                     }
                 }
-            }
+        }
         wino_bt(w->bt, n, n, tin, cols, cols, v + ci * ldv, plane);
     }
 }
@@ -232,27 +293,25 @@ static void wino_products(const int64_t * p, const struct wino * w, int64_t nt, 
 static void wino_output(const struct wino * w, int64_t b0, int64_t nb, const float * mbuf, int64_t ldv,
                         int64_t mplane, int64_t o0, int64_t o1) {
     const int64_t m = w->m, n = w->n, d = w->d;
-    for (int64_t r = 0; r < o1 - o0; r++) {
-        float * yr = w->y + (o0 + r) * w->ldy;
-        for (int64_t j = 0; j < d; j++) {
-            const float * mr = mbuf + r * ldv + j * nb;
-            int64_t t0[PG_WINO_MAX_N], nq[PG_WINO_MAX_N];
-            for (int64_t i = 0; i < m; i++) {
-                t0[i] = j + d * (m * b0 + i);  /* output of tile q: t0 + m d q */
-                const int64_t cnt = t0[i] < w->len ? (w->len - t0[i] + m * d - 1) / (m * d) : 0;
-                nq[i] = cnt < nb ? cnt : nb;
-            }
-            wino_at(w->at, n, m, mr, mplane, nb, nq, yr, t0, m * d);
+    for (int64_t j = 0; j < d; j++) {
+        int64_t t0[PG_WINO_MAX_N], nq[PG_WINO_MAX_N];
+        for (int64_t i = 0; i < m; i++) {
+            t0[i] = j + d * (m * b0 + i);  /* output of tile q: t0 + m d q */
+            const int64_t cnt = t0[i] < w->len ? (w->len - t0[i] + m * d - 1) / (m * d) : 0;
+            nq[i] = cnt < nb ? cnt : nb;
         }
+        for (int64_t r = 0; r < o1 - o0; r++)
+            wino_at(w->at, n, m, mbuf + r * ldv + j * nb, mplane, nb, nq, w->y + (o0 + r) * w->ldy, t0, m * d);
     }
 }
 
-/* The output transform of tile rows [b0, b0 + nb) (nb short), as wino_output's: for each output
- * row, every column j nb + q at once, 8 at a time (the same sums as wino_at's), into tout[i][col],
- * then each output before len to its sample j + d (m (b0 + q) + i). */
-static void wino_output_short(const struct wino * w, int64_t b0, int64_t nb, const float * mbuf, int64_t ldv,
-                              int64_t mplane, int64_t o0, int64_t o1, float * restrict tout) {
-    const int64_t m = w->m, n = w->n, d = w->d, cols = d * nb;
+/* The output transform of tile rows [r0, r1) (counted over the segments in turn, each piece short),
+ * as wino_output's: for each output row, every column at once, 8 at a time (the same sums as
+ * wino_at's), into tout[i][col], then each output before len to its sample j + d (m (lr + q) + i)
+ * of its segment (wino_input_span's columns). */
+static void wino_output_span(const struct wino * w, int64_t r0, int64_t r1, int64_t nrows, const float * mbuf,
+                             int64_t ldv, int64_t mplane, int64_t o0, int64_t o1, float * restrict tout) {
+    const int64_t m = w->m, n = w->n, d = w->d, cols = d * (r1 - r0);
     int64_t t0[PG_WINO_MAX_N], nq[PG_WINO_MAX_N];
     for (int64_t i = 0; i < m; i++) {  /* wino_at's outputs i of columns [0, cols): cols of them, stored in turn */
         t0[i] = i * cols;
@@ -260,45 +319,61 @@ static void wino_output_short(const struct wino * w, int64_t b0, int64_t nb, con
     }
     for (int64_t r = 0; r < o1 - o0; r++) {
         wino_at(w->at, n, m, mbuf + r * ldv, mplane, cols, nq, tout, t0, 1);
-        float * yr = w->y + (o0 + r) * w->ldy;
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t q = 0; q < nb; q++) {
-                const int64_t t = d * (m * (b0 + q) + i);
-                const float * o = tout + i * cols + q;
-                const int64_t nj = w->len - t < d ? w->len - t : d;
-                for (int64_t j = 0; j < nj; j++) yr[t + j] = o[j * nb];
-            }
+        int64_t s, lr, cnt, col = 0;
+        for (int64_t r0p = r0; r0p < r1; r0p += cnt, col += cnt * d) {
+            cnt = wino_piece(r0p, r1, nrows, &s, &lr);
+            float * yr = wino_segment(w, s).y + (o0 + r) * w->ldy;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t q = 0; q < cnt; q++) {
+                    const int64_t t = d * (m * (lr + q) + i);
+                    const float * o = tout + i * cols + col + q;
+                    const int64_t nj = w->len - t < d ? w->len - t : d;
+                    for (int64_t j = 0; j < nj; j++) yr[t + j] = o[j * cnt];
+                }
+        }
     }
 }
 
-static void wino_input_rows(const struct wino * w, int64_t b0, int64_t nb, float * gbuf, float * v, int64_t ldv,
-                            int64_t plane) {
-    if (nb < PG_WINO_SHORT) wino_input_short(w, b0, nb, gbuf, v, ldv, plane);
-    else wino_input(w, b0, nb, gbuf, v, ldv, plane);
+/* The transforms of tile rows [r0, r1), counted over the segments in turn: a piece of PG_WINO_SHORT
+ * rows or more in one segment by residue (wino_input, wino_output), each run of shorter pieces at
+ * once by channel (the spans); the columns of the pieces in turn from v (mbuf) on. */
+static int64_t wino_run_end(int64_t r, int64_t r1, int64_t nrows, int64_t * cnt) {
+    int64_t s, lr, end = r;
+    *cnt = wino_piece(r, r1, nrows, &s, &lr);
+    if (*cnt >= PG_WINO_SHORT) return r + *cnt;
+    for (int64_t c = *cnt; end < r1 && c < PG_WINO_SHORT; ) {
+        end += c;
+        if (end < r1) c = wino_piece(end, r1, nrows, &s, &lr);
+    }
+    return end;
 }
 
-static void wino_output_rows(const struct wino * w, int64_t b0, int64_t nb, const float * mbuf, int64_t ldv,
-                             int64_t mplane, int64_t o0, int64_t o1, float * tout) {
-    if (nb < PG_WINO_SHORT) wino_output_short(w, b0, nb, mbuf, ldv, mplane, o0, o1, tout);
-    else wino_output(w, b0, nb, mbuf, ldv, mplane, o0, o1);
+static void wino_input_rows(const struct wino * w, int64_t r0, int64_t r1, int64_t nrows, float * gbuf, float * v,
+                            int64_t ldv, int64_t plane) {
+    int64_t cnt, end;
+    for (int64_t r = r0; r < r1; v += (end - r) * w->d, r = end) {
+        end = wino_run_end(r, r1, nrows, &cnt);
+        if (cnt >= PG_WINO_SHORT) {
+            int64_t s, lr;
+            wino_piece(r, r1, nrows, &s, &lr);
+            const struct wino ws = wino_segment(w, s);
+            wino_input(&ws, lr, cnt, gbuf, v, ldv, plane);
+        } else wino_input_span(w, r, end, nrows, gbuf, v, ldv, plane);
+    }
 }
 
-/* Segment s of a batched step (p[11] = S streams packed in turn along time, each of len
- * samples, with its own carried context: prev ne [(K - 1) d, S, Cin]). */
-static struct wino wino_segment(const struct wino * all, int64_t s) {
-    struct wino w = *all;
-    w.x = all->x + s * all->len;
-    w.y = all->y + s * all->len;
-    if (all->prev) w.prev = all->prev + s * ((all->kk - 1) * all->d);
-    return w;
-}
-
-/* The part of tile rows [r, b1) (counted over the segments in turn) that lies in one segment:
- * that segment (*s), its first row there (*lr); returns its row count. */
-static int64_t wino_piece(int64_t r, int64_t b1, int64_t nrows, int64_t * s, int64_t * lr) {
-    *s = r / nrows;
-    *lr = r - *s * nrows;
-    return ((*s + 1) * nrows < b1 ? (*s + 1) * nrows : b1) - r;
+static void wino_output_rows(const struct wino * w, int64_t r0, int64_t r1, int64_t nrows, const float * mbuf,
+                             int64_t ldv, int64_t mplane, int64_t o0, int64_t o1, float * tout) {
+    int64_t cnt, end;
+    for (int64_t r = r0; r < r1; mbuf += (end - r) * w->d, r = end) {
+        end = wino_run_end(r, r1, nrows, &cnt);
+        if (cnt >= PG_WINO_SHORT) {
+            int64_t s, lr;
+            wino_piece(r, r1, nrows, &s, &lr);
+            const struct wino ws = wino_segment(w, s);
+            wino_output(&ws, lr, cnt, mbuf, ldv, mplane, o0, o1);
+        } else wino_output_span(w, r, end, nrows, mbuf, ldv, mplane, o0, o1, tout);
+    }
 }
 
 void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
@@ -336,9 +411,8 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     if (ldv % 256 == 0) ldv += 16;
     const int64_t ng = nb + (w.n - 1) / w.m;
     const int64_t plane = w.cin * ldv + 32, mplane = rows * ldv + 32;
-    /* gbuf: wino_input's gathered inputs or wino_input_short's tile rows; tout: wino_output_short's */
-    const int64_t gfloats = w.m * ng > w.n * w.d * PG_WINO_SHORT ? w.m * ng : w.n * w.d * PG_WINO_SHORT;
-    const int64_t tfloats = w.m * w.d * PG_WINO_SHORT;
+    /* gbuf: wino_input's gathered inputs or wino_input_span's tile rows; tout: wino_output_span's */
+    const int64_t gfloats = w.m * ng > w.n * nt ? w.m * ng : w.n * nt, tfloats = w.m * nt;
     const size_t floats = (size_t)(gfloats + tfloats + w.n * plane + w.n * mplane);
     int slot;
     float * buf = pg_scratch_take(floats, &slot);
@@ -348,39 +422,23 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     if (by_time) {  /* blocks of the segments' tile rows in turn, a block's pieces side by side in one product */
         for (int64_t b0 = i0; b0 < i1; b0 += block) {
             const int64_t b1 = b0 + block < i1 ? b0 + block : i1;
-            int64_t s, lr, cnt, col = 0;
-            for (int64_t r = b0; r < b1; r += cnt, col += cnt * w.d) {
-                cnt = wino_piece(r, b1, nrows, &s, &lr);
-                const struct wino ws = wino_segment(&w, s);
-                wino_input_rows(&ws, lr, cnt, gbuf, v + col, ldv, plane);
-            }
+            wino_input_rows(&w, b0, b1, nrows, gbuf, v, ldv, plane);
+            const int64_t col = (b1 - b0) * w.d;
             int tslot = -1;
             float * vt = wino_by_rows(p, col) ? wino_transposed(&w, col, v, ldv, plane, &tslot) : NULL;
             if (wino_by_rows(p, col) && !vt) break;  /* out of memory: the output is left unset */
             wino_products(p, &w, col, v, ldv, plane, vt, mbuf, mplane, 0, w.cout);
             if (vt) pg_scratch_give(vt, tslot);
-            col = 0;
-            for (int64_t r = b0; r < b1; r += cnt, col += cnt * w.d) {
-                cnt = wino_piece(r, b1, nrows, &s, &lr);
-                const struct wino ws = wino_segment(&w, s);
-                wino_output_rows(&ws, lr, cnt, mbuf + col, ldv, mplane, 0, w.cout, tout);
-            }
+            wino_output_rows(&w, b0, b1, nrows, mbuf, ldv, mplane, 0, w.cout, tout);
         }
     } else {
-        const int64_t seg_cols = nrows * w.d;
-        for (int64_t s = 0; s < segments; s++) {
-            const struct wino ws = wino_segment(&w, s);
-            wino_input_rows(&ws, 0, nrows, gbuf, v + s * seg_cols, ldv, plane);
-        }
+        wino_input_rows(&w, 0, nrows * segments, nrows, gbuf, v, ldv, plane);
         int tslot = -1;
         float * vt = wino_by_rows(p, nt) ? wino_transposed(&w, nt, v, ldv, plane, &tslot) : NULL;
         for (int64_t a = i0; a < i1 && (vt || !wino_by_rows(p, nt)); a += block) {
             const int64_t b = a + block < i1 ? a + block : i1;
             wino_products(p, &w, nt, v, ldv, plane, vt, mbuf, mplane, a, b);
-            for (int64_t s = 0; s < segments; s++) {
-                const struct wino ws = wino_segment(&w, s);
-                wino_output_rows(&ws, 0, nrows, mbuf + s * seg_cols, ldv, mplane, a, b, tout);
-            }
+            wino_output_rows(&w, 0, nrows * segments, nrows, mbuf, ldv, mplane, a, b, tout);
         }
         if (vt) pg_scratch_give(vt, tslot);
     }
