@@ -243,6 +243,26 @@ def upload_layout(tensor) -> tuple[type, int]:
     return NP_DTYPES.get(tensor_type(tensor), np.uint8), int(lib.ggml_nbytes(tensor))
 
 
+def host_view(tensor) -> np.ndarray | None:
+    """A flat numpy view of ``tensor``'s memory where it lives in host memory (a CPU buffer) and is
+    contiguous, in the dtype :func:`upload` takes; None elsewhere. Valid while its buffer lives."""
+    buffer = tensor.contents.buffer
+    if not buffer or not tensor.contents.data or not lib.ggml_backend_buffer_is_host(buffer) \
+            or not lib.ggml_is_contiguous(tensor):
+        return None
+    dtype, nbytes = upload_layout(tensor)
+    raw = (ctypes.c_char * nbytes).from_address(tensor.contents.data)
+    return np.frombuffer(raw, dtype=dtype)
+
+
+def put(view: np.ndarray, array) -> None:
+    """:func:`upload` into a :func:`host_view`: the same conversion and size check, one numpy copy."""
+    data = np.asarray(array)
+    if data.size != view.size:
+        raise ValueError(f"upload of {data.size * view.itemsize} bytes into a tensor of {view.nbytes} bytes")
+    view[...] = data.reshape(-1)
+
+
 def download(tensor, shape: tuple[int, ...] | None = None) -> np.ndarray:
     """Copy a backend tensor into a new numpy array of shape ``numpy_shape(tensor)`` (``shape``:
     that shape, known already)."""

@@ -106,6 +106,8 @@ class Graph:
         self.input_names: list[str] = []  # of builder.inputs, in order
         self._downloads: dict[str, tuple] = {}  # output name -> (tensor, numpy shape)
         self._upload_layouts: list[tuple] = []  # per input: numpy dtype, bytes
+        self._host_inputs: list = []  # per input: binding.host_view of its memory, or None
+        self._host_outputs: dict = {}  # per output: likewise
         self.outputs: dict[str, Any] = {}
         self.last_compute_s = 0.0  # time inside ggml compute on the last run
 
@@ -134,6 +136,10 @@ class Graph:
         self.input_names = [lib.ggml_get_name(t).decode() for t, _ in builder.inputs]
         self._downloads = {name: (t, binding.numpy_shape(t)) for name, t in self.outputs.items()}
         self._upload_layouts = [binding.upload_layout(t) for t, _ in builder.inputs]
+        # host memory (the CPU backend): inputs and outputs copied by numpy through views of it,
+        # without a ggml call each (a streamed step moves dozens of small states)
+        self._host_inputs = [binding.host_view(t) for t, _ in builder.inputs]
+        self._host_outputs = {name: binding.host_view(t) for name, (t, _) in self._downloads.items()}
         self._find_bound_views(self.bound)
 
     def _place_bound(self, bound: dict) -> None:
@@ -247,8 +253,17 @@ class Graph:
         return int(lib.ggml_gallocr_get_buffer_size(self.galloc, 0)) if self.galloc else 0
 
     def _upload_inputs(self, fresh_inputs: dict[str, np.ndarray]) -> None:
-        for name, (t, array), layout in zip(self.input_names, self.builder.inputs, self._upload_layouts):
-            binding.upload(t, fresh_inputs.get(name, array), layout)
+        for name, (t, array), layout, view in zip(self.input_names, self.builder.inputs, self._upload_layouts,
+                                                  self._host_inputs):
+            if view is not None:
+                binding.put(view, fresh_inputs.get(name, array))
+            else:
+                binding.upload(t, fresh_inputs.get(name, array), layout)
+
+    def _download(self, name: str) -> np.ndarray:
+        t, shape = self._downloads[name]
+        view = self._host_outputs[name]
+        return binding.download(t, shape) if view is None else view.reshape(shape).copy()
 
     def run(self, fresh_inputs: dict[str, np.ndarray] | None = None,
             bound: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
@@ -267,7 +282,7 @@ class Graph:
         self.last_compute_s = time.perf_counter() - start
         if status != 0:
             raise GraphError(f"graph compute failed with ggml status {status}")
-        return {name: binding.download(t, shape) for name, (t, shape) in self._downloads.items()}
+        return {name: self._download(name) for name in self._downloads}
 
     def profile(self) -> list[tuple[str, tuple[int, ...], float]]:
         """(op, ne, seconds) of each node, computing one node at a time through graph views,
@@ -315,6 +330,7 @@ class Graph:
         if placeholder is not None:
             lib.ggml_backend_buffer_free(placeholder[1])
         self.bound_arrays = {}
+        self._host_inputs, self._host_outputs = [], {}
 
 
 class GraphCache:
