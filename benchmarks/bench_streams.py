@@ -2,7 +2,8 @@
 
     python benchmarks/bench_streams.py -m MODEL.gguf [--threads 2] [--frames 64] [--frames-one 216] [--reps 3]
 
-Rows (every time measured in turns with its reference in the same run; medians and minima):
+Rows (every time measured in turns with its reference in the same run; ratios of the medians, of
+the minima, and bracketed: each run against the mean of the reference runs before and after it):
 
 * ``stream-chunkN``: one stream pushed N frames at a time (``stream_decoder``), ``--frames-one``
   frames (default 216: 10 s), against ``decode()`` of the same codes;
@@ -46,13 +47,16 @@ def _timed(fn) -> float:
 
 def _times(fns: dict, reps: int, warm: bool = True) -> dict:
     """Seconds of each function per repetition, the functions run in turn (after a warm-up run
-    of each, unless they all ran already)."""
+    of each, unless they all ran already), and the first (the reference) once more at the end:
+    every other run then lies between two of its runs (``_row``'s bracketed ratios)."""
     for fn in fns.values() if warm else ():
         fn()
     times: dict = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
             times[name].append(_timed(fn))
+    first = next(iter(fns))
+    times[first].append(_timed(fns[first]))
     return times
 
 
@@ -90,9 +94,14 @@ def _max_abs(got, want) -> float:
 
 
 def _row(task: str, streams: int, frames: int, t: list, ref: list, exact: float | None = None, **extra) -> dict:
+    """``ref``: the reference's runs from ``_times``, one more than ``t``'s. Three ratios: of the
+    medians, of the minima, and the median of each run against the mean of the two reference runs
+    around it (the one least moved by a machine whose speed drifts over a run)."""
     per, ref_per = statistics.median(t) / frames, statistics.median(ref) / frames
+    bracketed = [x / (0.5 * (a + b)) for x, a, b in zip(t, ref, ref[1:])]
     row = dict(task=task, streams=streams, ms_per_frame=1e3 * per, one_shot_ms_per_frame=1e3 * ref_per,
-               vs_one_shot=per / ref_per, vs_one_shot_min=min(t) / min(ref), **extra)
+               vs_one_shot=per / ref_per, vs_one_shot_min=min(t) / min(ref),
+               vs_one_shot_bracketed=statistics.median(bracketed), **extra)
     if exact is not None:
         row["max_abs_vs_decode"] = exact
     return row
@@ -165,7 +174,7 @@ def machine_line() -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| run | streams | ms per frame | vs reference (median / of minima) | max abs vs decode() | "
+    lines = ["| run | streams | ms per frame | vs reference (median / of minima / bracketed) | max abs vs decode() | "
              "first-frame latency ms |", "|---|---|---|---|---|---|"]
     for r in rows:
         if "latency_ms" in r:
@@ -174,7 +183,8 @@ def table(rows: list[dict]) -> str:
         else:
             what = "sequential decodes" if r["task"].startswith("decode_batch") else "one-shot decode"
             lines.append(f"| {r['task']} | {r['streams']} | {r['ms_per_frame']:.1f} | {r['vs_one_shot']:.2f}x / "
-                         f"{r['vs_one_shot_min']:.2f}x {what} ({r['one_shot_ms_per_frame']:.1f} ms) | "
+                         f"{r['vs_one_shot_min']:.2f}x / {r['vs_one_shot_bracketed']:.2f}x {what} "
+                         f"({r['one_shot_ms_per_frame']:.1f} ms) | "
                          f"{r.get('max_abs_vs_decode', float('nan')):.1e} | |")
     return "\n".join(lines)
 
