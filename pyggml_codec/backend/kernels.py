@@ -44,6 +44,7 @@ SYMBOLS = {  # op -> (C function, ggml callback type)
     "mul_mat_blas": ("pg_mul_mat_blas", lib.ggml_custom_op_t),
     "conv_taps": ("pg_conv_taps", lib.ggml_custom_op_t),
     "conv_wino": ("pg_conv_wino", lib.ggml_custom_op_t),
+    "conv_wino_input": ("pg_conv_wino_input", lib.ggml_custom_op_t),
     "col2im": ("pg_col2im", lib.ggml_custom_op_t),
     "mul_mat_rowdot": ("pg_mul_mat_rowdot", lib.ggml_custom_op_t),
     "window_attention": ("pg_window_attention", lib.ggml_custom_op_t),
@@ -335,6 +336,7 @@ def wino_rowdot_tiles(cin: int) -> int:
 
 
 WINO_BALANCE = 12  # block counts rounded up to a multiple of this (11 blocks left one of 2 threads 9 % idle)
+WINO_INPUT_OP = True  # split-channel convs transform their input in an op of its own (False: in each thread)
 
 
 def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = WINOGRAD, segments: int = 1):
@@ -346,7 +348,9 @@ def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = 
     ``segments`` S > 1: a batched step, S streams of L / S samples each packed in turn along
     time, each convolved after its own carried context, ``prev`` ne ``[(K-1) * dilation, S, Cin]``;
     every stream's tiles go through one product (the weights read once for all of them), and
-    each stream's outputs are the ones it gets alone."""
+    each stream's outputs are the ones it gets alone. A conv split by output channels (shorter
+    than WINO_SPLIT_CHANNELS_BELOW) transforms its input in an op before (``conv_wino_input``),
+    its threads taking shares of the input channels: same values, each transformed once."""
     cin, cout = int(u.contents.ne[0]), int(u.contents.ne[1])
     if int(u.contents.ne[2]) != wino.n:
         raise ValueError(f"Winograd F({wino.m},{wino.k}) weights need {wino.n} planes, got {int(u.contents.ne[2])}")
@@ -367,10 +371,19 @@ def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = 
     keep.append(wino.tables)
     params = np.concatenate([BLAS.params, np.array([dilation, block, WINO_SPLIT_CHANNELS_BELOW, CONV_MIN_CHANNELS,
                                                     wino.m, wino.n, wino.tables.ctypes.data,
-                                                    wino_rowdot_tiles(cin), segments],
+                                                    wino_rowdot_tiles(cin), segments, 0],
                                                    dtype=np.int64)])
     keep.append(params)
     srcs = [u, x] if prev is None else [u, x, prev]
+    if WINO_INPUT_OP and length * segments < WINO_SPLIT_CHANNELS_BELOW:  # the input transformed by an op before
+        nt = rows * dilation  # its tiles; floats for v's planes (rows padded) or for vt, whichever the C lays out
+        floats = wino.n * max(nt * cin, cin * (-(-nt // 16) * 16 + 16) + 32)
+        given = (ctypes.POINTER(lib.ggml_tensor) * (len(srcs) - 1))(*srcs[1:])
+        srcs = [u, lib.ggml_custom_4d(ctx, 0, floats, 1, 1, 1, given, len(srcs) - 1, _OPS["conv_wino_input"],
+                                      N_TASKS_MAX, params.ctypes.data_as(ctypes.c_void_p))]
+        params = params.copy()
+        params[-1] = 1
+        keep.append(params)
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
     return lib.ggml_custom_4d(ctx, 0, length * segments, cout, 1, 1, args, len(srcs), _OPS["conv_wino"],
                               N_TASKS_MAX, params.ctypes.data_as(ctypes.c_void_p))

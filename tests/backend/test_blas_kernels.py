@@ -225,6 +225,38 @@ def test_conv_wino_segments_are_separate_streams(segments, length, d, max_tiles,
             assert np.array_equal(got[:, s], out[f"y{s}"]), f"segment {s} differs from the stream alone"
 
 
+@pytest.mark.parametrize("segments,length,d,max_tiles", [
+    (1, 32, 1, 1 << 30), (8, 32, 3, 1 << 30), (8, 32, 9, 0), (3, 256, 9, 1 << 30), (5, 20, 1, 0),
+])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_conv_wino_input_op_gives_the_same_bits(segments, length, d, max_tiles, threads, monkeypatch):
+    """A conv split by output channels with its input transformed in an op before (each thread a
+    share of the input channels, ``conv_wino_input``) against each thread transforming all of it:
+    the same bits, by row products and by the BLAS (``max_tiles`` 0)."""
+    monkeypatch.setattr(kernels, "wino_rowdot_tiles", lambda cin: max_tiles)
+    wino = winograd.VARIANTS[4]
+    cin, cout = 40, 24
+    rng = np.random.default_rng(segments * length + d)
+    u = wino.weights(rng.standard_normal((7, cout, cin)).astype(np.float32))
+    x = rng.standard_normal((cin, segments * length)).astype(np.float32)
+    prev = rng.standard_normal((cin, segments, 6 * d) if segments > 1 else (cin, 6 * d)).astype(np.float32)
+    ops_seen = []
+
+    def build(g):
+        y = kernels.conv_wino(g.ctx, g.input("u", u), g.input("x", x), d, g.keep, g.input("p", prev), wino,
+                              segments=segments)
+        ops_seen.append(kernels.kernel_name(y.contents.src[1]))
+        return {"y": y}
+
+    two = _run(build, threads)["y"]
+    monkeypatch.setattr(kernels, "WINO_INPUT_OP", False)
+    one = _run(build, threads)["y"]
+    assert ops_seen == ["conv_wino_input", None]
+    print(f"{segments} x {length} samples, d={d}, {threads} threads: max abs "
+          f"{np.abs(two - one).max():.1e} between the input op and each thread's own transform")
+    assert np.array_equal(two, one)
+
+
 @pytest.mark.skipif(not kernels.ROWDOT, reason="row products not built here")
 @pytest.mark.parametrize("m", sorted(winograd.VARIANTS))
 @pytest.mark.parametrize("d,threads", [(1, 2), (3, 1), (9, 2)])

@@ -103,6 +103,7 @@ void pg_add_bias_residual(void * dst, int ith, int nth, void * userdata);
 void pg_mul_mat_blas(void * dst, int ith, int nth, void * userdata);
 void pg_conv_taps(void * dst, int ith, int nth, void * userdata);
 void pg_conv_wino(void * dst, int ith, int nth, void * userdata);
+void pg_conv_wino_input(void * dst, int ith, int nth, void * userdata);
 void pg_col2im(void * dst, int ith, int nth, void * userdata);
 void pg_mul_mat_rowdot(void * dst, int ith, int nth, void * userdata);
 void pg_window_attention(void * dst, int ith, int nth, void * userdata);

@@ -6,11 +6,12 @@
  * inputs are xpad at j + d (m b - (K - 1) + r), r < n (the causal context: prev or zeros;
  * past the end: zeros, which only reach outputs past the end, dropped). Per tile:
  * v = BT . inputs, m_p = U_p . v_p for the n points p (U_p = G_p . W, made on the host:
- * winograd.Winograd.weights), y_i = sum_p A[i][p] m_p. userdata: int64 [12] = BLAS block (3),
+ * winograd.Winograd.weights), y_i = sum_p A[i][p] m_p. userdata: int64 [13] = BLAS block (3),
  * d, block (tile rows of m outputs per thread block), split_below, min_chans, m, n, the
  * address of the F32 tables BT (n x n) then A (m x n), the most tiles taken by row products
  * (pg_rowdot; 0: never), the number of segments S (a batched step: S streams of L / S samples
- * packed in turn along time, each its own conv; prev then ne [(K - 1) d, S, Cin]). src0 u: contiguous F32 ne
+ * packed in turn along time, each its own conv; prev then ne [(K - 1) d, S, Cin]), and 1 where the
+ * input comes transformed (pg_conv_wino_input; split channels only). src0 u: contiguous F32 ne
  * [Cin, Cout, n]; src1 x: F32 ne [L, Cin] with contiguous rows; src2 (optional) prev: F32
  * ne [(K - 1) d, Cin], likewise; dst: contiguous F32 ne [L, Cout]. Threads split blocks of
  * tile rows (counted over the segments in turn: a block may hold the end of one stream and the
@@ -251,22 +252,27 @@ static inline void wino_transpose8(const float * restrict src, int64_t lds, floa
 }
 #endif
 
-static float * wino_transposed(const struct wino * w, int64_t nt, const float * v, int64_t ldv, int64_t plane,
-                               int * slot) {
+/* vt[q nt ldt + t ldt + ci] = v[q plane + ci ldv + t] for the w->cin channels and nt tiles */
+static void wino_transpose(const struct wino * w, int64_t nt, const float * v, int64_t ldv, int64_t plane,
+                           float * vt, int64_t ldt) {
     const int64_t cin = w->cin;
-    float * vt = pg_scratch_take((size_t)(w->n * nt * cin), slot);
-    if (!vt) return NULL;
     for (int64_t q = 0; q < w->n; q++) {
         const float * vq = v + q * plane;
-        float * tq = vt + q * nt * cin;
+        float * tq = vt + q * nt * ldt;
         int64_t c0 = 0, t0 = 0;
 #if defined(__AVX2__)
         for (; c0 + 8 <= cin; c0 += 8)  /* whole 8 x 8 blocks in registers */
-            for (t0 = 0; t0 + 8 <= nt; t0 += 8) wino_transpose8(vq + c0 * ldv + t0, ldv, tq + t0 * cin + c0, cin);
+            for (t0 = 0; t0 + 8 <= nt; t0 += 8) wino_transpose8(vq + c0 * ldv + t0, ldv, tq + t0 * ldt + c0, ldt);
 #endif
         for (int64_t c = 0; c < cin; c++)  /* the rest: channels past c0, tiles past t0 of the others */
-            for (int64_t t = c < c0 ? t0 : 0; t < nt; t++) tq[t * cin + c] = vq[c * ldv + t];
+            for (int64_t t = c < c0 ? t0 : 0; t < nt; t++) tq[t * ldt + c] = vq[c * ldv + t];
     }
+}
+
+static float * wino_transposed(const struct wino * w, int64_t nt, const float * v, int64_t ldv, int64_t plane,
+                               int * slot) {
+    float * vt = pg_scratch_take((size_t)(w->n * nt * w->cin), slot);
+    if (vt) wino_transpose(w, nt, v, ldv, plane, vt, w->cin);
     return vt;
 }
 
@@ -376,22 +382,76 @@ static void wino_output_rows(const struct wino * w, int64_t r0, int64_t r1, int6
     }
 }
 
+/* The tile layout of a conv over len samples per segment: its tile rows per segment, and for the
+ * split-channels product over every tile (nt of them) the row stride and plane of v. Row strides
+ * off multiples of 1 KiB and planes staggered by 128 B: the transform streams and the GEMM panels
+ * would otherwise fall on the same cache sets (measured: a 64-channel conv at d = 1 took 1.9x the
+ * per-tap time, 1.0x with the padding). */
+static int64_t wino_ld(int64_t nt) {
+    const int64_t ld = (nt + 15) / 16 * 16;
+    return ld % 256 == 0 ? ld + 16 : ld;
+}
+
+static struct wino wino_params(const int64_t * p, const struct pg_tensor * x, const struct pg_tensor * pv,
+                               int64_t len, int64_t cin) {
+    const int64_t segments = p[11] > 1 ? p[11] : 1;
+    const float * tables = (const float *)(uintptr_t)p[9];
+    struct wino w = {
+        .m = p[7], .n = p[8], .kk = p[8] - p[7] + 1, .d = p[3], .len = len, .cin = cin,
+        .bt = tables, .at = tables + p[8] * p[8], .x = x ? x->data : NULL, .prev = pv ? pv->data : NULL,
+        .ldx = x ? (int64_t)(x->nb[1] / sizeof(float)) : 0,
+        .ldp = pv ? (int64_t)(pv->nb[segments > 1 ? 2 : 1] / sizeof(float)) : 0,
+    };
+    return w;
+}
+
+/* The input transform of a split-channels conv as an op of its own (before pg_conv_wino with p[12]
+ * set): every segment's tiles of the thread's share of the input channels, so that no thread
+ * transforms the whole input. userdata: pg_conv_wino's. src0 x, src1 (optional) prev as there; dst:
+ * F32, the n planes of v (plane = cin ldv + 32 floats) or, for row products, vt[q][t][ci]. */
+void pg_conv_wino_input(void * dst_, int ith, int nth, void * userdata) {
+    const int64_t * p = userdata;
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * x = dst->src[0], * pv = dst->src[1];
+    const int64_t segments = p[11] > 1 ? p[11] : 1;
+    struct wino w = wino_params(p, x, pv, x->ne[0] / segments, x->ne[1]);
+    if (w.n > PG_WINO_MAX_N || w.m < 1 || w.kk < 1) return;
+    const int64_t nrows = (w.len + w.m * w.d - 1) / (w.m * w.d), nt = nrows * w.d * segments, ldv = wino_ld(nt);
+    int64_t c0, c1;
+    pg_share(w.cin, ith, nth, &c0, &c1);
+    if (c0 >= c1) return;
+    const int64_t cin = w.cin, by_rows = wino_by_rows(p, nt), ng = nrows + (w.n - 1) / w.m;
+    w.x += c0 * w.ldx;
+    if (w.prev) w.prev += c0 * w.ldp;
+    w.cin = c1 - c0;
+    const int64_t gfloats = w.m * ng > w.n * nt ? w.m * ng : w.n * nt, part = w.cin * ldv + 32;
+    int slot;
+    float * buf = pg_scratch_take((size_t)(gfloats + (by_rows ? w.n * part : 0)), &slot);
+    if (!buf) { pg_scratch_give(buf, slot); return; }  /* out of memory: the output is left unset */
+    float * out = dst->data;
+    if (by_rows) {  /* this share's planes, then its channels of vt */
+        wino_input_rows(&w, 0, nrows * segments, nrows, buf, buf + gfloats, ldv, part);
+        wino_transpose(&w, nt, buf + gfloats, ldv, part, out + c0, cin);
+    } else wino_input_rows(&w, 0, nrows * segments, nrows, buf, out + c0 * ldv, ldv, cin * ldv + 32);
+    pg_scratch_give(buf, slot);
+}
+
+/* With p[12] set, src1 is pg_conv_wino_input's output (no samples: the length is dst's). */
 void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     const int64_t * p = userdata;
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * u = dst->src[0], * x = dst->src[1], * pv = dst->src[2];
-    const float * tables = (const float *)(uintptr_t)p[9];
-    const int64_t segments = p[11] > 1 ? p[11] : 1;
-    struct wino w = {
-        .m = p[7], .n = p[8], .kk = p[8] - p[7] + 1, .d = p[3], .len = x->ne[0] / segments, .cin = u->ne[0],
-        .cout = u->ne[1], .bt = tables, .at = tables + p[8] * p[8], .x = x->data, .prev = pv ? pv->data : NULL,
-        .u = u->data, .ldx = (int64_t)(x->nb[1] / sizeof(float)),
-        .ldp = pv ? (int64_t)(pv->nb[segments > 1 ? 2 : 1] / sizeof(float)) : 0, .y = dst->data, .ldy = dst->ne[0],
-    };
+    const int64_t segments = p[11] > 1 ? p[11] : 1, given = p[12];
+    struct wino w = wino_params(p, given ? NULL : x, given ? NULL : pv, dst->ne[0] / segments, u->ne[0]);
+    w.cout = u->ne[1];
+    w.u = u->data;
+    w.y = dst->data;
+    w.ldy = dst->ne[0];
     const int64_t block_rows = p[4], split_below = p[5], min_chans = p[6];
     if (w.n > PG_WINO_MAX_N || w.m < 1 || w.kk < 1) return;
     const int64_t nrows = (w.len + w.m * w.d - 1) / (w.m * w.d);  /* tile rows of a segment: m d outputs each */
     const int by_time = w.len * segments >= split_below;
+    if (given && by_time) return;  /* Python never builds this: the output is left unset */
     int64_t i0, i1, block;
     if (by_time) {  /* whole blocks of block_rows tile rows, counted over the segments in turn */
         const int64_t nb = (nrows * segments + block_rows - 1) / block_rows;
@@ -404,20 +464,16 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     const int64_t nb = by_time ? (block < i1 - i0 ? block : i1 - i0) : nrows;
     /* split channels: every segment's tiles side by side, one product over all of them */
     const int64_t nt = nb * w.d * (by_time ? 1 : segments), rows = by_time ? w.cout : (block < i1 - i0 ? block : i1 - i0);
-    /* Row strides off multiples of 1 KiB and planes staggered by 128 B: the transform
-     * streams and the GEMM panels would otherwise fall on the same cache sets (measured: a
-     * 64-channel conv at d = 1 took 1.9x the per-tap time, 1.0x with the padding) */
-    int64_t ldv = (nt + 15) / 16 * 16;
-    if (ldv % 256 == 0) ldv += 16;
-    const int64_t ng = nb + (w.n - 1) / w.m;
+    const int64_t ldv = wino_ld(nt), ng = nb + (w.n - 1) / w.m;
     const int64_t plane = w.cin * ldv + 32, mplane = rows * ldv + 32;
     /* gbuf: wino_input's gathered inputs or wino_input_span's tile rows; tout: wino_output_span's */
     const int64_t gfloats = w.m * ng > w.n * nt ? w.m * ng : w.n * nt, tfloats = w.m * nt;
-    const size_t floats = (size_t)(gfloats + tfloats + w.n * plane + w.n * mplane);
+    const size_t floats = (size_t)(gfloats + tfloats + (given ? 0 : w.n * plane) + w.n * mplane);
     int slot;
     float * buf = pg_scratch_take(floats, &slot);
     if (!buf) { pg_scratch_give(buf, slot); return; }  /* out of memory: the output is left unset */
-    float * gbuf = buf, * tout = gbuf + gfloats, * v = tout + tfloats, * mbuf = v + w.n * plane;
+    float * gbuf = buf, * tout = gbuf + gfloats, * v = given ? x->data : tout + tfloats;
+    float * mbuf = tout + tfloats + (given ? 0 : w.n * plane);
     const int prev_threads = pg_blas_enter(p);
     if (by_time) {  /* blocks of the segments' tile rows in turn, a block's pieces side by side in one product */
         for (int64_t b0 = i0; b0 < i1; b0 += block) {
@@ -432,15 +488,20 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
             wino_output_rows(&w, b0, b1, nrows, mbuf, ldv, mplane, 0, w.cout, tout);
         }
     } else {
-        wino_input_rows(&w, 0, nrows * segments, nrows, gbuf, v, ldv, plane);
         int tslot = -1;
-        float * vt = wino_by_rows(p, nt) ? wino_transposed(&w, nt, v, ldv, plane, &tslot) : NULL;
-        for (int64_t a = i0; a < i1 && (vt || !wino_by_rows(p, nt)); a += block) {
+        const int by_rows = wino_by_rows(p, nt);
+        float * vt = NULL;
+        if (given) vt = by_rows ? v : NULL;  /* pg_conv_wino_input's output: v or, by rows, vt */
+        else {
+            wino_input_rows(&w, 0, nrows * segments, nrows, gbuf, v, ldv, plane);
+            vt = by_rows ? wino_transposed(&w, nt, v, ldv, plane, &tslot) : NULL;
+        }
+        for (int64_t a = i0; a < i1 && (vt || !by_rows); a += block) {
             const int64_t b = a + block < i1 ? a + block : i1;
             wino_products(p, &w, nt, v, ldv, plane, vt, mbuf, mplane, a, b);
             wino_output_rows(&w, 0, nrows * segments, nrows, mbuf, ldv, mplane, a, b, tout);
         }
-        if (vt) pg_scratch_give(vt, tslot);
+        if (vt && !given) pg_scratch_give(vt, tslot);
     }
     pg_blas_leave(p, prev_threads);
     pg_scratch_give(buf, slot);
