@@ -137,9 +137,15 @@ class Graph:
         self._downloads = {name: (t, binding.numpy_shape(t)) for name, t in self.outputs.items()}
         self._upload_layouts = [binding.upload_layout(t) for t, _ in builder.inputs]
         # host memory (the CPU backend): inputs and outputs copied by numpy through views of it,
-        # without a ggml call each (a streamed step moves dozens of small states)
-        self._host_inputs = [binding.host_view(t) for t, _ in builder.inputs]
-        self._host_outputs = {name: binding.host_view(t) for name, (t, _) in self._downloads.items()}
+        # without a ggml call each (a streamed step moves dozens of small states); not memory
+        # that a bound leaf lends anew at every run
+        lent = self._placeholder[1] if self._placeholder else None
+
+        def host_view(t):
+            return None if lent and t.contents.buffer == lent else binding.host_view(t)
+
+        self._host_inputs = [host_view(t) for t, _ in builder.inputs]
+        self._host_outputs = {name: host_view(t) for name, (t, _) in self._downloads.items()}
         self._find_bound_views(self.bound)
 
     def _place_bound(self, bound: dict) -> None:

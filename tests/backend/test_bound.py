@@ -80,3 +80,26 @@ def test_a_bound_leaf_of_stated_rows_is_lent_a_window():
     finally:
         g.free()
         backend.free()
+
+
+def test_an_output_in_lent_memory_is_read_from_this_runs_memory():
+    """An output that is a bound leaf's memory itself (rows written in place) is read from the
+    memory lent at this run, never through a view of the placeholder made at build time."""
+    backend = runtime.start_backend("cpu")
+    g = Graph(backend, 16 << 20)
+    try:
+        def build(b):
+            leaf = b.bound_input("window", 8, rows=4)
+            at = b.input("at", np.array([1], np.int64), ops.I64)
+            return {"w": lib.ggml_set_rows(b.ctx, leaf, b.input("new", np.full((1, 8), 5.0, np.float32)), at)}
+
+        g.build(build, ops.Builder(ctx=g.ctx))
+        assert g._host_outputs["w"] is None
+        for fill in (1.0, 2.0):
+            lent = aligned_zeros(4, 8)
+            lent[:] = fill
+            out = g.run({}, {"window": lent})["w"]
+            np.testing.assert_array_equal(out, np.stack([np.full(8, fill), np.full(8, 5.0), *[np.full(8, fill)] * 2]))
+    finally:
+        g.free()
+        backend.free()

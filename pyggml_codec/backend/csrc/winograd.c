@@ -141,8 +141,7 @@ static void wino_inside(const struct wino * w, int64_t b0, int64_t ng, int64_t j
 static void wino_input(const struct wino * w, int64_t b0, int64_t nb, float * restrict gbuf, float * restrict v,
                        int64_t ldv, int64_t plane) {
     const int64_t m = w->m, n = w->n, d = w->d, ng = nb + (n - 1) / m, step = m * d;
-    /* e_i[q] = xpad(c0 + i d + step q), c0 = j + d (m b0 - (K - 1)): the context for q < lo[.],
-     * x up to hi[.], zeros past it (per residue j and phase i; the same for every channel) */
+    /* per residue j and phase i, the same for every channel: the context before lh[0], x to lh[1], zeros after */
     enum { KEPT = 64 };
     int64_t lohi[2 * KEPT];
     const int kept = d * m <= KEPT;
