@@ -120,8 +120,6 @@ def _custom(ctx, dst_type: int, like, srcs: list, op: str, exact: bool = False):
 def bias_snake(ctx, x, alpha, bias, dst_type: int, exact: bool = False):
     """snake(x + bias) in one pass; contiguous F32 x, alpha and bias shaped alike to broadcast
     (``[C, 1]`` for channels-last x, ``[1, C]`` for channels-first); F32 or F16 (type 1) out."""
-    if dst_type == 1 and not _OPS["f16c"]:
-        raise ValueError("F16 output needs the F16C build of the kernels")
     return _custom(ctx, dst_type, x, [x, alpha, bias], "bias_snake", exact)
 
 
@@ -153,7 +151,7 @@ def im2col_supported(dst_type: int, k: int, with_prev: bool = False) -> bool:
     which saves a concat (single-threaded in ggml) and its copy of the input."""
     if not AVAILABLE or k > MAX_KERNEL:
         return False
-    return (dst_type == 1 and _OPS["f16c"]) or (dst_type == 0 and with_prev)
+    return dst_type == 1 or (dst_type == 0 and with_prev)
 
 
 def im2col(ctx, x, k: int, stride: int, dilation: int, pad: int, n_out: int, dst_type: int, keep: list,

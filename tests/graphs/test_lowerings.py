@@ -267,6 +267,34 @@ def test_fused_bias_snake_and_residual_kernels_match_numpy(layout, out_type):
     assert err_res <= 1e-6
 
 
+def test_software_f16_conversion_matches_numpy():
+    """The F16 conversion of kernels built without F16C (PYGGML_CODEC_PORTABLE=1, macOS, ARM),
+    pg_f16_soft, run in every build. Metric: bits against numpy's float16 cast (round to nearest
+    even); tolerance 0. Over every 251st float32 bit pattern, all patterns near the edges (zero,
+    the subnormal halves, the largest half, infinity) and the ties of the normal range; a NaN
+    must stay a NaN of its sign (numpy does not set the quiet bit; F16C does)."""
+    if not kernels.AVAILABLE:
+        pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
+    from pyggml_codec.backend import _kernels
+
+    rng = np.random.default_rng(5)
+    edges = np.array([0, 0x33000000, 0x38800000, 0x477FE000, 0x477FF000, 0x7F800000], np.int64)
+    ties = (rng.integers(0x38800000 >> 13, 0x477FE000 >> 13, 4096) << 13)[:, None] + [0xFFF, 0x1000, 0x1001]
+    bits = np.concatenate([np.arange(0, 1 << 32, 251), (edges[:, None] + np.arange(-4096, 4097)).ravel(),
+                           ties.ravel()]) % (1 << 32)
+    bits = np.concatenate([bits, bits | (1 << 31)]).astype(np.uint32)  # both signs
+    x = bits.view(np.float32)
+    got = np.empty(x.size, np.uint16)
+    _kernels.lib.pg_f16_soft(_kernels.ffi.from_buffer("float[]", x), _kernels.ffi.from_buffer("uint16_t[]", got),
+                             x.size)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = x.astype(np.float16).view(np.uint16)
+    nan = np.isnan(x)
+    wrong = np.flatnonzero((got != want) & ~nan)
+    assert wrong.size == 0, f"{wrong.size} differ, first {bits[wrong[0]]:#010x}: {got[wrong[0]]:#06x} != {want[wrong[0]]:#06x}"
+    assert np.isnan(got[nan].view(np.float16)).all() and np.array_equal(got[nan] >> 15, bits[nan] >> 31)
+
+
 def test_per_op_profile_runs_every_node(tiny_model):
     """Graph.profile (tools/profile_ops.py) recomputes each node alone, after re-uploading inputs."""
     codes = random_codes((64,) + (32,) * 9, 10, seed=6)

@@ -48,12 +48,39 @@ static void snake_vec(float * restrict y, const float * restrict x, const float 
    reads of one input channel stay in cache and the block of columns stays in L2. dst is
    F32 (type 0) or F16 (type 1, rounded to nearest even as ggml's F16C conversion does). */
 #define PG_BLOCK 64
+
+/* v to F16 by integer operations (builds without F16C: PYGGML_CODEC_PORTABLE=1, macOS, ARM):
+ * the bits of F16C's _cvtss_sh(v, 0) for every float, so immune to -ffast-math. Round to
+ * nearest even; past the largest half (65520 and up) infinity; below 2^-14 a subnormal half
+ * (2^-25 and less round to zero); a NaN stays a NaN, quiet, with its top payload bits. */
+static inline uint16_t pg_to_f16_soft(float v) {
+    uint32_t x;
+    memcpy(&x, &v, sizeof x);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    const uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return sign | 0x7e00u | (uint16_t)((ax >> 13) & 0x1ffu);  /* NaN */
+    if (ax >= 0x477ff000u) return sign | 0x7c00u;                                   /* infinity */
+    if (ax >= 0x38800000u) {  /* a normal half: rebias the exponent (127 -> 15), round off 13 bits */
+        const uint32_t r = ax - 0x38000000u;
+        return sign | (uint16_t)((r + 0xfffu + ((r >> 13) & 1u)) >> 13);
+    }
+    const uint32_t shift = 126u - (ax >> 23);  /* a subnormal half: the value in units of 2^-24 */
+    if (shift > 24u) return sign;
+    const uint32_t m = (ax & 0x7fffffu) | 0x800000u, q = m >> shift, rest = m & ((1u << shift) - 1u);
+    const uint32_t half = 1u << (shift - 1u);
+    return sign | (uint16_t)(q + (rest > half || (rest == half && (q & 1u))));
+}
+
+/* pg_to_f16_soft over n values, exported so that every build tests it (test_lowerings.py) */
+void pg_f16_soft(const float * x, uint16_t * out, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = pg_to_f16_soft(x[i]);
+}
+
 static inline uint16_t pg_to_f16(float v) {
 #if defined(__F16C__)
     return _cvtss_sh(v, 0);
 #else
-    (void) v;
-    return 0; /* not built: kernels.py refuses F16 without F16C */
+    return pg_to_f16_soft(v);
 #endif
 }
 
@@ -228,6 +255,7 @@ void pg_col2im(void * dst_, int ith, int nth, void * userdata) {
     }
 }
 
+/* Whether the F16 conversions are F16C's instructions (else pg_to_f16_soft: the same bits). */
 int pg_has_f16c(void) {
 #if defined(__F16C__)
     return 1;

@@ -111,6 +111,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
               float beta, float * c, int64_t csi, int64_t csj, int64_t panel);
 int pg_rowdot_lanes(void);  /* floats per vector of the row products; 0: not built */
 int pg_has_f16c(void);
+void pg_f16_soft(const float * x, uint16_t * out, int64_t n);  /* F16 without F16C (tested in every build) */
 int pg_tensor_layout(int64_t * offsets);
 /* cffi exports: end */
 
