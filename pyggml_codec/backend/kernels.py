@@ -304,6 +304,9 @@ WINO_CHUNK_BYTES = 8 << 20  # a thread block's working set (transformed input + 
 # WINO_SPLIT_CHANNELS_BELOW split the output channels instead (each thread transforms the
 # whole input), in blocks of >= CONV_MIN_CHANNELS. Shape-only choices, as for conv_taps.
 WINO_MIN_TILES, WINO_MIN_BLOCKS, WINO_SPLIT_CHANNELS_BELOW = 128, 2, 1024
+# Convs whose products all go by rows split channels below this (the input op shares the transform):
+# 384 and 768 channels, 1024-2048 samples, 0.84-0.97x the time by blocks of tile rows; even at 4096-8192
+WINO_SPLIT_CHANNELS_BELOW_ROWS = 4096
 # At most this many tiles per thread block (a streamed chunk: 8-9 in decoder block 1 at one
 # frame), the n products are row products (pg_rowdot): OpenBLAS packs every transformed matrix
 # for them (3.8 ms for one 768-channel conv of 32 samples, against 0.9 to read its weights).
@@ -366,14 +369,15 @@ def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = 
             n_blocks = balanced
             break
     block = -(-rows // n_blocks)
+    split_below = WINO_SPLIT_CHANNELS_BELOW_ROWS if rows * dilation <= wino_rowdot_tiles(cin) else WINO_SPLIT_CHANNELS_BELOW
     keep.append(wino.tables)
-    params = np.concatenate([BLAS.params, np.array([dilation, block, WINO_SPLIT_CHANNELS_BELOW, CONV_MIN_CHANNELS,
+    params = np.concatenate([BLAS.params, np.array([dilation, block, split_below, CONV_MIN_CHANNELS,
                                                     wino.m, wino.n, wino.tables.ctypes.data,
                                                     wino_rowdot_tiles(cin), segments, 0],
                                                    dtype=np.int64)])
     keep.append(params)
     srcs = [u, x] if prev is None else [u, x, prev]
-    if WINO_INPUT_OP and length * segments < WINO_SPLIT_CHANNELS_BELOW:  # the input transformed by an op before
+    if WINO_INPUT_OP and length * segments < split_below:  # the input transformed by an op before
         nt = rows * dilation  # its tiles; floats for v's planes (rows padded) or for vt, whichever the C lays out
         floats = wino.n * max(nt * cin, cin * (-(-nt // 16) * 16 + 16) + 32)
         given = (ctypes.POINTER(lib.ggml_tensor) * (len(srcs) - 1))(*srcs[1:])

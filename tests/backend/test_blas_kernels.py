@@ -193,8 +193,10 @@ def test_conv_wino_segments_are_separate_streams(segments, length, d, max_tiles,
     step split in time in blocks of that many tile rows at most, whatever its length, so that
     blocks hold short pieces of several streams (transformed together) next to long ones."""
     monkeypatch.setattr(kernels, "wino_rowdot_tiles", lambda cin: max_tiles)
+    monkeypatch.setattr(kernels, "WINO_SPLIT_CHANNELS_BELOW_ROWS", kernels.WINO_SPLIT_CHANNELS_BELOW)  # by rows too
     if block_rows is not None:
         monkeypatch.setattr(kernels, "WINO_SPLIT_CHANNELS_BELOW", 0)
+        monkeypatch.setattr(kernels, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 0)
         monkeypatch.setattr(kernels, "WINO_CHUNK_BYTES", 1)
         monkeypatch.setattr(kernels, "WINO_MIN_TILES", block_rows * d)
     wino = winograd.VARIANTS[4]
@@ -265,10 +267,12 @@ def test_conv_wino_input_op_gives_the_same_bits(segments, length, d, max_tiles, 
 @pytest.mark.parametrize("d,threads", [(1, 2), (3, 1), (9, 2)])
 def test_conv_wino_short_blocks_give_the_long_blocks_bits(m, d, threads, monkeypatch):
     """Blocks of one tile row (a streamed chunk's: the transforms by channel, all of a channel's
-    tiles at once) against blocks of dozens (by residue, 8 tile rows at a time): the same bits,
-    with row products on both sides, whose sums do not depend on the column count. Within
-    2e-6 of float64 numpy too."""
+    tiles at once) against blocks of dozens (by residue, 8 tile rows at a time) and against the
+    output channels split between threads (every tile in one product): the same bits, with row
+    products on all sides, whose sums do not depend on the column count. Within 2e-6 of float64
+    numpy too."""
     monkeypatch.setattr(kernels, "wino_rowdot_tiles", lambda cin: 1 << 30)
+    monkeypatch.setattr(kernels, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 1024)  # blocks of tile rows at 1500 samples
     wino = winograd.VARIANTS[m]
     cin, cout, length = 24, 40, 1500
     rng = np.random.default_rng(d)
@@ -289,6 +293,8 @@ def test_conv_wino_short_blocks_give_the_long_blocks_bits(m, d, threads, monkeyp
           f"{np.abs(short_blocks - long_blocks).max():.1e}; rel max err vs numpy {rel:.2e}")
     assert rel <= WINO_REL_MAX[m]
     assert np.array_equal(short_blocks, long_blocks)
+    monkeypatch.setattr(kernels, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 1 << 20)  # split channels, the input op before
+    assert np.array_equal(_run(build, threads)["y"], long_blocks)
 
 
 def test_conv_wino_refuses_other_weights():
