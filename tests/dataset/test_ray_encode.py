@@ -95,8 +95,12 @@ def test_resume_after_a_kill_encodes_only_the_rest(tiny_model, tmp_path):
         read_codes(out / name)  # every visible output is whole
     report = encode_corpus(CorpusJob(corpus, out, tiny_model.f32_path, actors=2))
     print(report.summary())
-    assert report.count("skipped") == len(done)
-    assert report.count("encoded") == len(lengths) - len(done)
+    # A Ray worker that was mid-file at the kill may still land that file (atomically) before it
+    # sees its raylet gone: seen once under a loaded machine (4 skipped after 3 seen). Such a file
+    # is whole and is skipped too; every other file is encoded once.
+    skipped = report.count("skipped")
+    assert len(done) <= skipped < len(lengths)
+    assert report.count("encoded") == len(lengths) - skipped
     assert report.count("failed") == 1
     assert not list(out.rglob(".*.tmp"))  # a killed write's temporary is gone
     cli = tmp_path / "cli"
