@@ -301,11 +301,11 @@ def mul_mat_rowdot(ctx, a, b, keep: list):
 WINO_CHUNK_BYTES = 8 << 20  # a thread block's working set (transformed input + products)
 # Threads take blocks of tile rows (m d outputs each): at least WINO_MIN_TILES tiles, and
 # at least WINO_MIN_BLOCKS blocks where that allows; signals shorter than
-# WINO_SPLIT_CHANNELS_BELOW split the output channels instead (each thread transforms the
-# whole input), in blocks of >= CONV_MIN_CHANNELS. Shape-only choices, as for conv_taps.
+# WINO_SPLIT_CHANNELS_BELOW split the output channels instead (after an op that transforms the
+# input, WINO_INPUT_OP), in blocks of >= CONV_MIN_CHANNELS. Shape-only choices, as for conv_taps.
 WINO_MIN_TILES, WINO_MIN_BLOCKS, WINO_SPLIT_CHANNELS_BELOW = 128, 2, 1024
 # Convs whose products all go by rows split channels below this (the input op shares the transform):
-# 384 and 768 channels, 1024-2048 samples, 0.84-0.97x the time by blocks of tile rows; even at 4096-8192
+# 384 and 768 channels, 1024-2048 samples, 0.77-0.99x the time by blocks of tile rows; even at 4096-8192
 WINO_SPLIT_CHANNELS_BELOW_ROWS = 4096
 # At most this many tiles per thread block (a streamed chunk: 8-9 in decoder block 1 at one
 # frame), the n products are row products (pg_rowdot): OpenBLAS packs every transformed matrix
