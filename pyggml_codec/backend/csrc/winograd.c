@@ -341,26 +341,25 @@ static void wino_output_span(const struct wino * w, int64_t r0, int64_t r1, int6
 
 /* The transforms of tile rows [r0, r1), counted over the segments in turn: a piece of PG_WINO_SHORT
  * rows or more in one segment by residue (wino_input, wino_output), each run of shorter pieces at
- * once by channel (the spans); the columns of the pieces in turn from v (mbuf) on. */
-static int64_t wino_run_end(int64_t r, int64_t r1, int64_t nrows, int64_t * cnt) {
-    int64_t s, lr, end = r;
-    *cnt = wino_piece(r, r1, nrows, &s, &lr);
-    if (*cnt >= PG_WINO_SHORT) return r + *cnt;
-    for (int64_t c = *cnt; end < r1 && c < PG_WINO_SHORT; ) {
+ * once by channel (the spans); the columns of the pieces in turn from v (mbuf) on. wino_run: from
+ * row r, the end of that piece or run; *cnt, *s, *lr: its first piece's rows, segment, first row. */
+static int64_t wino_run(int64_t r, int64_t r1, int64_t nrows, int64_t * cnt, int64_t * s, int64_t * lr) {
+    *cnt = wino_piece(r, r1, nrows, s, lr);
+    int64_t end = r + *cnt, ns, nlr;
+    while (*cnt < PG_WINO_SHORT && end < r1) {
+        const int64_t c = wino_piece(end, r1, nrows, &ns, &nlr);
+        if (c >= PG_WINO_SHORT) break;
         end += c;
-        if (end < r1) c = wino_piece(end, r1, nrows, &s, &lr);
     }
     return end;
 }
 
 static void wino_input_rows(const struct wino * w, int64_t r0, int64_t r1, int64_t nrows, float * gbuf, float * v,
                             int64_t ldv, int64_t plane) {
-    int64_t cnt, end;
+    int64_t cnt, s, lr, end;
     for (int64_t r = r0; r < r1; v += (end - r) * w->d, r = end) {
-        end = wino_run_end(r, r1, nrows, &cnt);
+        end = wino_run(r, r1, nrows, &cnt, &s, &lr);
         if (cnt >= PG_WINO_SHORT) {
-            int64_t s, lr;
-            wino_piece(r, r1, nrows, &s, &lr);
             const struct wino ws = wino_segment(w, s);
             wino_input(&ws, lr, cnt, gbuf, v, ldv, plane);
         } else wino_input_span(w, r, end, nrows, gbuf, v, ldv, plane);
@@ -369,12 +368,10 @@ static void wino_input_rows(const struct wino * w, int64_t r0, int64_t r1, int64
 
 static void wino_output_rows(const struct wino * w, int64_t r0, int64_t r1, int64_t nrows, const float * mbuf,
                              int64_t ldv, int64_t mplane, int64_t o0, int64_t o1, float * tout) {
-    int64_t cnt, end;
+    int64_t cnt, s, lr, end;
     for (int64_t r = r0; r < r1; mbuf += (end - r) * w->d, r = end) {
-        end = wino_run_end(r, r1, nrows, &cnt);
+        end = wino_run(r, r1, nrows, &cnt, &s, &lr);
         if (cnt >= PG_WINO_SHORT) {
-            int64_t s, lr;
-            wino_piece(r, r1, nrows, &s, &lr);
             const struct wino ws = wino_segment(w, s);
             wino_output(&ws, lr, cnt, mbuf, ldv, mplane, o0, o1);
         } else wino_output_span(w, r, end, nrows, mbuf, ldv, mplane, o0, o1, tout);
