@@ -14,9 +14,7 @@ the compiled module is missing or does not match, graphs use plain ggml ops and
   ``mul_mat`` ran the codec's conv GEMMs at 80-100 GFLOP/s on the 2-core AVX2 machine, the
   OpenBLAS that numpy ships at 130-175 (side by side). Each ggml thread runs a
   single-threaded sgemm on its share of the product, so ggml's threads stay in charge.
-* The residual units' dilated convs by Winograd F(4,7) (``conv_wino``, tables in
-  winograd.py): 10 of those GEMMs per 4 outputs instead of 28, the transforms in C over
-  cache-sized blocks of tiles; 0.44-0.79x the per-tap GEMMs' time at 64-768 channels.
+* The residual units' dilated convs by Winograd F(4,7): their wrapper is wino_conv.py.
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ import numpy as np
 
 from .binding import lib
 from .blas import BLAS_ENV, Blas, find_blas  # noqa: F401  (BLAS_ENV, Blas: re-exported)
-from .winograd import WINOGRAD, Winograd
 
 log = logging.getLogger("pyggml_codec")
 N_TASKS_MAX = -1  # GGML_N_TASKS_MAX: use every thread of the compute
@@ -294,99 +291,3 @@ def mul_mat_rowdot(ctx, a, b, keep: list):
     ne = (int(a.contents.ne[1]), int(b.contents.ne[1]), int(b.contents.ne[2]), int(b.contents.ne[3]))
     return lib.ggml_custom_4d(ctx, 0, *ne, args, 2, _OPS["mul_mat_rowdot"], N_TASKS_MAX,
                               params.ctypes.data_as(ctypes.c_void_p))
-
-
-# --------------------------------------------------------------------------- Winograd
-
-WINO_CHUNK_BYTES = 8 << 20  # a thread block's working set (transformed input + products)
-# Threads take blocks of tile rows (m d outputs each): at least WINO_MIN_TILES tiles, and
-# at least WINO_MIN_BLOCKS blocks where that allows; signals shorter than
-# WINO_SPLIT_CHANNELS_BELOW split the output channels instead (after an op that transforms the
-# input, WINO_INPUT_OP), in blocks of >= CONV_MIN_CHANNELS. Shape-only choices, as for conv_taps.
-WINO_MIN_TILES, WINO_MIN_BLOCKS, WINO_SPLIT_CHANNELS_BELOW = 128, 2, 1024
-# Convs whose products all go by rows split channels below this (the input op shares the transform):
-# 384 and 768 channels, 1024-2048 samples, 0.77-0.99x the time by blocks of tile rows; even at 4096-8192
-WINO_SPLIT_CHANNELS_BELOW_ROWS = 4096
-# At most this many tiles per thread block (a streamed chunk: 8-9 in decoder block 1 at one
-# frame), the n products are row products (pg_rowdot): OpenBLAS packs every transformed matrix
-# for them (3.8 ms for one 768-channel conv of 32 samples, against 0.9 to read its weights).
-# With 16-float vectors (AVX-512) up to WINO_ROWDOT_MAX_TILES_16: the row products ran decoder
-# block 1's three convs of a 4-frame chunk (32-36 tiles) in 7.9-8.0 ms against OpenBLAS's 10.4,
-# 8 streams at one frame (64-72 tiles) in 17.6 against 20.2, block 2 at one frame in 4.1 against
-# 4.5 (2 threads, interleaved, minimum of 21); with 8-float vectors (AVX2) they lost to the BLAS
-# there (107 GFLOP/s against 138-171 at 36-72 tiles). With 16-float vectors, convs of at least
-# WINO_ROWDOT_MIN_CHANNELS_16 input channels take row products at every tile count: a one-shot
-# decode's blocks (128-280 tiles) ran as fast as OpenBLAS's (768 channels: 14.2-16.3 ms against
-# 15.7-18.0; 384: 34.2-37.1 against 33.7-37.0), and streamed chunks then sum those convs' products
-# as the one-shot decode does (a stream's max abs from decode() fell from 7.5-8.8e-7 to 4.3e-7,
-# the same at every chunk). Below (192 and 96 channels: K of 192 or 96 values per row) the BLAS
-# was 20-50 % faster on long signals.
-WINO_ROWDOT_MAX_TILES = 16
-WINO_ROWDOT_MAX_TILES_16 = 80
-WINO_ROWDOT_MIN_CHANNELS_16 = 384
-
-
-def wino_rowdot_tiles(cin: int) -> int:
-    """The most tiles a Winograd product over ``cin`` input channels takes by row products in
-    this build (0: none)."""
-    if not ROWDOT:
-        return 0
-    if _OPS["rowdot"] >= 16:
-        return 1 << 40 if cin >= WINO_ROWDOT_MIN_CHANNELS_16 else WINO_ROWDOT_MAX_TILES_16
-    return WINO_ROWDOT_MAX_TILES
-
-
-WINO_BALANCE = 12  # block counts rounded up to a multiple of this (11 blocks left one of 2 threads 9 % idle)
-WINO_INPUT_OP = True  # split-channel convs transform their input in an op of its own (False: in each thread)
-
-
-def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = WINOGRAD, segments: int = 1):
-    """The causal dilated conv of ``conv_taps`` by Winograd F(m, K): ``u`` the transformed
-    weights (contiguous F32 ne ``[Cin, Cout, n]``, ``Winograd.weights``), CF ``x`` (F32 ne
-    ``[L, Cin]``, contiguous rows), ``prev`` (F32 ne ``[(K-1) * dilation, Cin]``) the carried
-    context read in place; CF ``[L, Cout]``. n GEMMs per m outputs instead of m K.
-
-    ``segments`` S > 1: a batched step, S streams of L / S samples each packed in turn along
-    time, each convolved after its own carried context, ``prev`` ne ``[(K-1) * dilation, S, Cin]``;
-    every stream's tiles go through one product (the weights read once for all of them), and
-    each stream's outputs are the ones it gets alone. A conv split by output channels (shorter
-    than WINO_SPLIT_CHANNELS_BELOW) transforms its input in an op before (``conv_wino_input``),
-    its threads taking shares of the input channels: same values, each transformed once."""
-    cin, cout = int(u.contents.ne[0]), int(u.contents.ne[1])
-    if int(u.contents.ne[2]) != wino.n:
-        raise ValueError(f"Winograd F({wino.m},{wino.k}) weights need {wino.n} planes, got {int(u.contents.ne[2])}")
-    if int(x.contents.ne[0]) % segments or (prev is not None and segments > 1
-                                             and int(prev.contents.ne[1]) != segments):
-        raise ValueError(f"{segments} segments of a conv over {int(x.contents.ne[0])} samples")
-    length = int(x.contents.ne[0]) // segments
-    rows = segments * -(-length // (wino.m * dilation))  # tile rows, counted over the segments in turn
-    max_tiles = max(WINO_MIN_TILES, WINO_CHUNK_BYTES // (4 * wino.n * (cin + cout)))
-    max_rows = max(1, max_tiles // dilation)
-    n_blocks = max(-(-rows // max_rows), min(WINO_MIN_BLOCKS, rows * dilation // WINO_MIN_TILES), 1)
-    for multiple in (WINO_BALANCE, 2):  # whole shares for 2, 3, 4 and 6 threads where blocks allow
-        balanced = -(-n_blocks // multiple) * multiple
-        if n_blocks > 1 and rows * dilation // balanced >= WINO_MIN_TILES:
-            n_blocks = balanced
-            break
-    block = -(-rows // n_blocks)
-    split_below = WINO_SPLIT_CHANNELS_BELOW_ROWS if rows * dilation <= wino_rowdot_tiles(cin) else WINO_SPLIT_CHANNELS_BELOW
-    keep.append(wino.tables)
-    params = np.concatenate([BLAS.params, np.array([dilation, block, split_below, CONV_MIN_CHANNELS,
-                                                    wino.m, wino.n, wino.tables.ctypes.data,
-                                                    wino_rowdot_tiles(cin), segments, 0],
-                                                   dtype=np.int64)])
-    keep.append(params)
-    srcs = [u, x] if prev is None else [u, x, prev]
-    if WINO_INPUT_OP and length * segments < split_below:  # the input transformed by an op before
-        nt = rows * dilation  # its tiles; floats for v's planes (rows padded) or for vt, whichever the C lays out
-        floats = wino.n * max(nt * cin, cin * (-(-nt // 16) * 16 + 16) + 32)
-        given = (ctypes.POINTER(lib.ggml_tensor) * (len(srcs) - 1))(*srcs[1:])
-        srcs = [u, lib.ggml_custom_4d(ctx, 0, floats, 1, 1, 1, given, len(srcs) - 1, _OPS["conv_wino_input"],
-                                      N_TASKS_MAX, params.ctypes.data_as(ctypes.c_void_p))]
-        params = params.copy()
-        params[-1] = 1
-        keep.append(params)
-    args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
-    return lib.ggml_custom_4d(ctx, 0, length * segments, cout, 1, 1, args, len(srcs), _OPS["conv_wino"],
-                              N_TASKS_MAX, params.ctypes.data_as(ctypes.c_void_p))
-

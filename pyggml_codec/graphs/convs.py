@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import binding, kernels
+from ..backend import binding, kernels, wino_conv
 from ..backend.binding import lib
 from . import batched as packed
 from .carry import batched, carry_input, emit_carry  # noqa: F401  (carry_input, emit_carry: the streamed ops' helpers)
@@ -183,10 +183,10 @@ def residual_conv(g: Builder, x_cf: Tensor, w: Tensor, dilation: int) -> Tensor:
         if batched(g):  # each stream's context read in place
             x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
             prev = packed.contexts_in_place(g, x_cf, left)
-            return kernels.conv_wino(g.ctx, w, x_cf, dilation, g.keep, prev, segments=g.stream.batch)
+            return wino_conv.conv_wino(g.ctx, w, x_cf, dilation, g.keep, prev, segments=g.stream.batch)
 
         def conv(x, prev):
-            return kernels.conv_wino(g.ctx, w, x, dilation, g.keep, prev)
+            return wino_conv.conv_wino(g.ctx, w, x, dilation, g.keep, prev)
     else:
         def conv(x, prev):
             return kernels.conv_taps(g.ctx, w, x, k, dilation, g.keep, prev)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import pyggml_codec
-from pyggml_codec.backend import kernels, winograd
+from pyggml_codec.backend import kernels, wino_conv, winograd
 from pyggml_codec.backend.graph import new_context
 from pyggml_codec.graphs import ops
 from graphrun import run_cpu_graph
@@ -156,8 +156,8 @@ def test_winograd_tables_compute_the_correlation(m):
     (16, 16, 3000, 9, True, 1), (7, 9, 2501, 3, True, 3), (24, 40, 4099, 1, False, 2),  # split time, partial tiles
 ])
 def test_conv_wino_matches_numpy(m, cin, cout, length, d, with_prev, threads, monkeypatch):
-    monkeypatch.setattr(kernels, "WINO_CHUNK_BYTES", 4 * 10 * (cin + cout) * 64)  # several blocks per thread
-    monkeypatch.setattr(kernels, "WINO_MIN_TILES", 16)
+    monkeypatch.setattr(wino_conv, "WINO_CHUNK_BYTES", 4 * 10 * (cin + cout) * 64)  # several blocks per thread
+    monkeypatch.setattr(wino_conv, "WINO_MIN_TILES", 16)
     wino = winograd.VARIANTS[m]
     rng = np.random.default_rng(cin * length + d)
     w = rng.standard_normal((cout, cin, 7)).astype(np.float32)
@@ -169,7 +169,7 @@ def test_conv_wino_matches_numpy(m, cin, cout, length, d, with_prev, threads, mo
         xt = g.input("x", x)
         xv = ops.lib.ggml_view_2d(g.ctx, xt, length, cin, xt.contents.nb[1], 0)
         pt = g.input("prev", prev) if with_prev else None
-        return {"y": kernels.conv_wino(g.ctx, ut, xv, d, g.keep, pt, wino)}
+        return {"y": wino_conv.conv_wino(g.ctx, ut, xv, d, g.keep, pt, wino)}
 
     got = _run(build, threads)["y"]
     want = _conv_ref(x[:, :length], w, d, prev if with_prev else None)
@@ -192,13 +192,13 @@ def test_conv_wino_segments_are_separate_streams(segments, length, d, max_tiles,
     products). ``block_rows``: the
     step split in time in blocks of that many tile rows at most, whatever its length, so that
     blocks hold short pieces of several streams (transformed together) next to long ones."""
-    monkeypatch.setattr(kernels, "wino_rowdot_tiles", lambda cin: max_tiles)
-    monkeypatch.setattr(kernels, "WINO_SPLIT_CHANNELS_BELOW_ROWS", kernels.WINO_SPLIT_CHANNELS_BELOW)  # by rows too
+    monkeypatch.setattr(wino_conv, "wino_rowdot_tiles", lambda cin: max_tiles)
+    monkeypatch.setattr(wino_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", wino_conv.WINO_SPLIT_CHANNELS_BELOW)  # by rows too
     if block_rows is not None:
-        monkeypatch.setattr(kernels, "WINO_SPLIT_CHANNELS_BELOW", 0)
-        monkeypatch.setattr(kernels, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 0)
-        monkeypatch.setattr(kernels, "WINO_CHUNK_BYTES", 1)
-        monkeypatch.setattr(kernels, "WINO_MIN_TILES", block_rows * d)
+        monkeypatch.setattr(wino_conv, "WINO_SPLIT_CHANNELS_BELOW", 0)
+        monkeypatch.setattr(wino_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 0)
+        monkeypatch.setattr(wino_conv, "WINO_CHUNK_BYTES", 1)
+        monkeypatch.setattr(wino_conv, "WINO_MIN_TILES", block_rows * d)
     wino = winograd.VARIANTS[4]
     cin, cout = 24, 40
     rng = np.random.default_rng(segments * length + d)
@@ -211,9 +211,9 @@ def test_conv_wino_segments_are_separate_streams(segments, length, d, max_tiles,
         ut = g.input("u", u)
         packed = g.input("x", np.concatenate(list(xs), axis=1))  # CF [S * L, Cin]
         pt = g.input("prev", np.ascontiguousarray(prevs.transpose(1, 0, 2)))  # ne [P, S, Cin]
-        out = {"y": kernels.conv_wino(g.ctx, ut, packed, d, g.keep, pt, wino, segments=segments)}
+        out = {"y": wino_conv.conv_wino(g.ctx, ut, packed, d, g.keep, pt, wino, segments=segments)}
         for s in range(segments):
-            out[f"y{s}"] = kernels.conv_wino(g.ctx, ut, g.input(f"x{s}", xs[s]), d, g.keep,
+            out[f"y{s}"] = wino_conv.conv_wino(g.ctx, ut, g.input(f"x{s}", xs[s]), d, g.keep,
                                              g.input(f"p{s}", prevs[s]), wino)
         return out
 
@@ -238,7 +238,7 @@ def test_conv_wino_input_op_gives_the_same_bits(segments, length, d, max_tiles, 
     """A conv split by output channels with its input transformed in an op before (each thread a
     share of the input channels, ``conv_wino_input``) against each thread transforming all of it:
     the same bits, by row products and by the BLAS (``max_tiles`` 0)."""
-    monkeypatch.setattr(kernels, "wino_rowdot_tiles", lambda cin: max_tiles)
+    monkeypatch.setattr(wino_conv, "wino_rowdot_tiles", lambda cin: max_tiles)
     wino = winograd.VARIANTS[4]
     cin, cout = 40, 24
     rng = np.random.default_rng(segments * length + d)
@@ -248,13 +248,13 @@ def test_conv_wino_input_op_gives_the_same_bits(segments, length, d, max_tiles, 
     ops_seen = []
 
     def build(g):
-        y = kernels.conv_wino(g.ctx, g.input("u", u), g.input("x", x), d, g.keep, g.input("p", prev), wino,
+        y = wino_conv.conv_wino(g.ctx, g.input("u", u), g.input("x", x), d, g.keep, g.input("p", prev), wino,
                               segments=segments)
         ops_seen.append(kernels.kernel_name(y.contents.src[1]))
         return {"y": y}
 
     two = _run(build, threads)["y"]
-    monkeypatch.setattr(kernels, "WINO_INPUT_OP", False)
+    monkeypatch.setattr(wino_conv, "WINO_INPUT_OP", False)
     one = _run(build, threads)["y"]
     assert ops_seen == ["conv_wino_input", None]
     print(f"{segments} x {length} samples, d={d}, {threads} threads: max abs "
@@ -271,8 +271,8 @@ def test_conv_wino_short_blocks_give_the_long_blocks_bits(m, d, threads, monkeyp
     output channels split between threads (every tile in one product): the same bits, with row
     products on all sides, whose sums do not depend on the column count. Within 2e-6 of float64
     numpy too."""
-    monkeypatch.setattr(kernels, "wino_rowdot_tiles", lambda cin: 1 << 30)
-    monkeypatch.setattr(kernels, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 1024)  # blocks of tile rows at 1500 samples
+    monkeypatch.setattr(wino_conv, "wino_rowdot_tiles", lambda cin: 1 << 30)
+    monkeypatch.setattr(wino_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 1024)  # blocks of tile rows at 1500 samples
     wino = winograd.VARIANTS[m]
     cin, cout, length = 24, 40, 1500
     rng = np.random.default_rng(d)
@@ -282,18 +282,18 @@ def test_conv_wino_short_blocks_give_the_long_blocks_bits(m, d, threads, monkeyp
     u = wino.weights(np.ascontiguousarray(w.transpose(2, 0, 1)))
 
     def build(g):
-        return {"y": kernels.conv_wino(g.ctx, g.input("u", u), g.input("x", x), d, g.keep, g.input("p", prev), wino)}
+        return {"y": wino_conv.conv_wino(g.ctx, g.input("u", u), g.input("x", x), d, g.keep, g.input("p", prev), wino)}
 
     long_blocks = _run(build, threads)["y"]
-    monkeypatch.setattr(kernels, "WINO_MIN_TILES", 1)
-    monkeypatch.setattr(kernels, "WINO_CHUNK_BYTES", 1)  # one tile row per block
+    monkeypatch.setattr(wino_conv, "WINO_MIN_TILES", 1)
+    monkeypatch.setattr(wino_conv, "WINO_CHUNK_BYTES", 1)  # one tile row per block
     short_blocks = _run(build, threads)["y"]
     rel = _rel(short_blocks, _conv_ref(x, w, d, prev))
     print(f"F({m},7) d={d}: blocks of one tile row vs long blocks: max abs "
           f"{np.abs(short_blocks - long_blocks).max():.1e}; rel max err vs numpy {rel:.2e}")
     assert rel <= WINO_REL_MAX[m]
     assert np.array_equal(short_blocks, long_blocks)
-    monkeypatch.setattr(kernels, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 1 << 20)  # split channels, the input op before
+    monkeypatch.setattr(wino_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 1 << 20)  # split channels, the input op before
     assert np.array_equal(_run(build, threads)["y"], long_blocks)
 
 
@@ -303,7 +303,7 @@ def test_conv_wino_refuses_other_weights():
         taps = ops.new_tensor(ctx, ops.F32, (8, 8, 7))  # per-tap weights, not transformed
         x = ops.new_tensor(ctx, ops.F32, (100, 8))
         with pytest.raises(ValueError, match="planes"):
-            kernels.conv_wino(ctx, taps, x, 1, [])
+            wino_conv.conv_wino(ctx, taps, x, 1, [])
         with pytest.raises(ValueError, match="kernel size 7"):
             winograd.WINOGRAD.weights(np.zeros((3, 4, 4), np.float32))
     finally:
@@ -324,7 +324,7 @@ def _thread_count_build(kernel: str):
         short = ops.lib.ggml_view_2d(g.ctx, xt, 100, 16, xt.contents.nb[1], 0)  # split by channels
         if kernel == "conv_wino":
             ut = g.input("u", winograd.WINOGRAD.weights(w))
-            return {"y": kernels.conv_wino(g.ctx, ut, xt, 3, g.keep), "y_short": kernels.conv_wino(g.ctx, ut, short, 3, g.keep)}
+            return {"y": wino_conv.conv_wino(g.ctx, ut, xt, 3, g.keep), "y_short": wino_conv.conv_wino(g.ctx, ut, short, 3, g.keep)}
         wt = g.input("w", w)
         return {"y": kernels.conv_taps(g.ctx, wt, xt, 7, 3, g.keep),
                 "y_short": kernels.conv_taps(g.ctx, wt, short, 7, 3, g.keep)}
