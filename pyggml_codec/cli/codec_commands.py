@@ -19,9 +19,9 @@ from ..api import load
 from ..io.audio import audio_format, write_audio
 from ..codec import Codec
 from ..io.codefiles import EXTENSIONS as CODE_EXTENSIONS
-from ..io.codefiles import CodeFile, format_of, read_codes
+from ..io.codefiles import CodeFile, encode_transcript, format_of, read_codes
 from ..model.config import CodecConfig
-from ..errors import CodecError
+from ..errors import CodecError, CodeFileError
 from ..inputs import MAX_DECODE_FRAMES
 from ..tools.corpus import (  # noqa: F401  (AUDIO_EXTENSIONS, file_sha256, to_model_rate: part of this module's face)
     AUDIO_EXTENSIONS, Audio, Progress, Summary, encode_file, file_sha256, plan_batch, read_input_audio, run_encode, to_model_rate,
@@ -88,6 +88,11 @@ def check_audio_extension(path: Path) -> None:
 def check_transcript(args: argparse.Namespace, kind: str) -> None:
     if args.transcript is not None and kind == "npy":
         raise CliError("--transcript needs a .s2voice or .npz output (.npy holds only the codes)", status=2)
+    if args.transcript is not None:
+        try:
+            encode_transcript(args.transcript, "--transcript")
+        except CodeFileError as exc:
+            raise CliError(str(exc), status=2) from None
 
 
 # --------------------------------------------------------------------------- model

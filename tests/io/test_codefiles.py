@@ -16,9 +16,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyggml_codec.io.codefiles import (
+    EXTENSIONS,
+    FORMATS,
     S2VOICE_HEADER,
     CodeFile,
     CodeFileError,
+    NpyFile,
+    NpzFile,
+    S2VoiceFile,
+    encode_transcript,
     from_bytes,
     read_codes,
     to_bytes,
@@ -167,6 +173,73 @@ def test_failed_write_leaves_the_old_file(tmp_path):
     with pytest.raises(CodeFileError):
         write_codes(path, CodeFile(np.zeros((2, 2), np.int32)))  # no sample rate: refused
     assert path.read_bytes() == before and len(list(tmp_path.iterdir())) == 1
+
+
+# --------------------------------------------------------------------------- the format classes
+
+
+def test_one_class_per_extension():
+    assert sorted(cls.EXTENSION for cls in FORMATS.values()) == sorted(EXTENSIONS)
+    assert {kind: cls.VERSION for kind, cls in FORMATS.items()} == {"npz": 1, "npy": 1, "s2voice": 1}
+    assert all(FORMATS[cls.EXTENSION[1:]] is cls for cls in (NpyFile, NpzFile, S2VoiceFile))
+
+
+@pytest.mark.parametrize("cls", [NpyFile, NpzFile, S2VoiceFile])
+def test_format_class_save_load_is_write_read(tmp_path, cls):
+    cf = sample()
+    typed = cls.from_code_file(cf)
+    path = typed.save(tmp_path / f"a{cls.EXTENSION}")
+    assert path.read_bytes() == typed.to_bytes() == to_bytes(cf, cls.EXTENSION[1:])
+    back = cls.load(path)
+    assert back == typed and back != cls.from_code_file(sample(seed=1))
+    np.testing.assert_array_equal(back.to_code_file().codes, read_codes(path).codes)
+    with pytest.raises(CodeFileError, match=rf"must be named \*\{cls.EXTENSION}"):
+        typed.save(tmp_path / "wrong.txt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"a{cls.EXTENSION}"]
+
+
+def test_s2voice_class_holds_the_profile_fields():
+    voice = S2VoiceFile(np.arange(6).reshape(2, 3), sample_rate=24000, codebook_size=1024, transcript="hé")
+    assert voice.codes.dtype == np.int32 and voice.transcript == "hé"
+    raw = voice.to_bytes()
+    assert raw[:8] == S2VoiceFile.MAGIC and S2VoiceFile.HEADER.unpack_from(raw)[1:] == (1, 2, 3, 24000, 1024, 4, 24)
+    assert S2VoiceFile.from_bytes(raw) == voice and S2VoiceFile.from_bytes(raw).to_bytes() == raw
+    for bad, reason in (({"sample_rate": 0}, "sample_rate = 0"), ({"codebook_size": 2**31}, "codebook_size"),
+                        ({"sample_rate": 4.5}, "must be an integer"), ({"transcript": b"x"}, "must be text")):
+        with pytest.raises(CodeFileError, match=reason):
+            S2VoiceFile(**{"codes": np.zeros((2, 3), np.int32), "sample_rate": 1, "codebook_size": 1, **bad})
+
+
+def test_npz_class_fields_become_meta():
+    cf = sample()
+    npz = NpzFile.from_code_file(cf)
+    assert (npz.codebook_sizes, npz.samples_per_frame, npz.pad_to) == (SIZES, 2048, "code_frame")
+    back = NpzFile.from_bytes(npz.to_bytes()).to_code_file()
+    assert back.meta == {**cf.meta, "format_version": 1} and back.transcript == cf.transcript
+    with pytest.raises(CodeFileError, match="n_samples = 1"):
+        NpzFile(np.zeros((1, 3), np.int32), n_samples=1, samples_per_frame=2)
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("a\0b", "cannot contain NUL"),
+    ("end\0", "cannot contain NUL"),
+    ("\udcff", "no UTF-8 form"),  # what a non-UTF-8 byte in argv becomes (surrogateescape)
+    (b"bytes", "must be text"),
+])
+@pytest.mark.parametrize("kind", ["s2voice", "npz"])
+def test_transcripts_no_file_can_hold_are_refused(text, reason, kind):
+    cf = CodeFile(np.zeros((2, 2), np.int32), 44100, transcript=text, meta={"codebook_size": 4})
+    with pytest.raises(CodeFileError, match=reason):
+        to_bytes(cf, kind)
+    with pytest.raises(CodeFileError, match=reason):
+        encode_transcript(text)
+
+
+def test_transcript_is_utf8_on_disk():
+    text = "Grüße, 世界 🎙"
+    assert encode_transcript(text) == text.encode("utf-8")
+    raw = to_bytes(CodeFile(np.zeros((1, 1), np.int32), 44100, transcript=text, meta={"codebook_size": 4}), "s2voice")
+    assert raw[44:44 + len(text.encode()) + 1] == text.encode("utf-8") + b"\0"
 
 
 # --------------------------------------------------------------------------- hostile input
