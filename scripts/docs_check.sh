@@ -11,9 +11,26 @@ if [ ! -x "$VENV/bin/python" ]; then
     exit 1
 fi
 . "$VENV/bin/activate"
-# The docs extra, and the plot extra that compare --report needs; the package is already installed
-# editable with its compiled kernels, so only the extras' dependencies are added.
-python -m pip install -q -e ".[docs,plot]"
+# The docs extra, and the plot extra that `compare --report` needs. The package is already installed
+# editable with its compiled kernels, so only the extras' own requirements are added (pip install -e
+# ".[docs,plot]" would rebuild the kernels for nothing).
+mapfile -t REQS < <(python - <<'PY'
+import sys
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the TOML reader pip itself ships
+    from pip._vendor import tomli as tomllib
+
+extras = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]
+if "docs" not in extras:
+    sys.exit("docs_check: pyproject.toml has no [docs] extra")
+for name in ("docs", "plot"):
+    for requirement in extras.get(name, []):
+        print(requirement)
+PY
+)
+python -m pip install -q "${REQS[@]}"
 export NO_MKDOCS_2_WARNING=1
 SITE="$(mktemp -d)"
 trap 'rm -rf "$SITE"' EXIT
