@@ -29,8 +29,8 @@ backend's ggml context (its descriptor pools) is gone: ``clear_cache()`` starts 
 again, ``close()`` frees it, evictions park their buffers until then.
 
 Measured on the tiny test model (10 split decodes per run). Before the fix: clear 2 of 4, 3 of 4,
-2 of 4 and 4 of 4 runs aborted in three sessions (SIGABRT, mostly within the first calls); keep 0 of
-4 in one session, and in another 3 of 4 completed and 1 passed the time limit on a machine starved
+2 of 4 and 4 of 4 runs aborted in four rounds of 4 (SIGABRT, mostly within the first calls); keep 0 of
+4 in one round, and in another 3 of 4 completed and 1 passed the time limit on a machine starved
 by other jobs; evict 2 of 4 (both on the 9th call). With it: clear 0 of 12, evict 0 of 8. Under valgrind (the two-op test),
 the block read and freed again by a lavapipe thread was the 496-byte resource ``vkCreateBuffer``
 made for a graph's compute buffer in ``ggml_gallocr_alloc_graph``.

@@ -1,0 +1,37 @@
+"""The CLI reference page is written from the parsers at build time (docs/hooks/cli_reference.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _hook():
+    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "docs" / "hooks" / "cli_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_command_and_option_is_on_the_page():
+    from pyggml_codec.cli.main import get_parser
+
+    hook = _hook()
+    text = hook.cli_markdown()
+    parser = get_parser()
+    for name, sub, _ in hook._subcommands(parser):
+        assert f"\n## {name}\n" in text, name
+        for action in sub._actions:
+            for flag in action.option_strings:
+                assert f"`{flag}`" in text, (name, flag)
+
+
+def test_the_marker_is_replaced_and_other_pages_are_left_alone():
+    hook = _hook()
+    page = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    assert hook.MARKER in page
+    out = hook.on_page_markdown(page, None, None, None)
+    assert hook.MARKER not in out and "## encode" in out
+    assert hook.on_page_markdown("# other", None, None, None) == "# other"
