@@ -42,7 +42,7 @@ def main(argv=None) -> int:
         total = 0.0
         flops = 0.0
         matmul_s = 0.0
-        for key, graph in c._cache.graphs.items():
+        for key, graph in c.engine.cached_graphs().items():
             for i, (op, ne, seconds) in enumerate(graph.profile()):
                 if op == "MUL_MAT":
                     node = binding.lib.ggml_graph_node(graph.gf, i)

@@ -1,7 +1,7 @@
 """Lowering choices: which graph formulation of an op with alternatives a backend gets.
 
 Probed per backend (``ggml_backend_supports_op`` on tiny tensors), then overridden by
-``load(..., lowerings={...})``; ``Codec.plan`` shows the result.
+``load(..., lowerings={...})``; ``plan.decide_plan`` makes them part of the plan (``Codec.plan``).
 """
 
 from __future__ import annotations
@@ -51,15 +51,15 @@ def probe_ops(backend: Backend) -> dict[str, bool]:
 S2CPP_LOWERINGS = {"matmul": "ggml", "conv": "im2col", "attention": "full", "matrices": "stored"}
 
 
-def choose_lowerings(backend: Backend, overrides: dict | None = None, precision: str = "f32") -> dict:
+def choose_lowerings(backend: Backend, overrides: dict | None = None, exact: bool = False) -> dict:
     """The graph-level lowering of each op with alternatives, for this backend and precision.
 
     Metal in ggml 0.15.3 has no DIAG_MASK_INF, no left padding and no COL2IM_1D; the C++
     engine gives Metal explicit masks. ``overrides`` forces a choice (tests run every
-    lowering on the CPU backend against the reference). The "s2cpp" precision takes
-    :data:`S2CPP_LOWERINGS` and refuses overrides against them.
+    lowering on the CPU backend against the reference). ``exact`` (the "s2cpp" precision) takes
+    :data:`S2CPP_LOWERINGS` and refuses overrides against them. ``plan.decide_plan`` calls it.
     """
-    if precision == "s2cpp":
+    if exact:
         clash = {k: v for k, v in (overrides or {}).items() if k in S2CPP_LOWERINGS and v != S2CPP_LOWERINGS[k]}
         if clash:
             raise ValueError(f"precision='s2cpp' reproduces the C++ engine's sums and runs {S2CPP_LOWERINGS}; "
@@ -112,7 +112,7 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None, precision:
             raise ValueError("kv='arena' lends host memory to the graph: the CPU backend only")
         if key == "kernels" and value and not backend.is_cpu:
             raise ValueError("custom kernels run on the CPU backend only")
-        if key == "matrices" and value == "stored" and precision == "f32" and not (blas and kernels.ROWDOT):
+        if key == "matrices" and value == "stored" and not exact and not (blas and kernels.ROWDOT):
             raise ValueError("matrices='stored' in f32 precision needs the CPU backend's row-product kernel")
         if key in ("matmul", "conv") and value in ("blas", "taps", "winograd"):
             if not backend.is_cpu:
@@ -120,7 +120,7 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None, precision:
             if kernels.BLAS is None:
                 raise ValueError(f"BLAS matrix products unavailable: {kernels.BLAS_UNAVAILABLE_REASON}")
         plan[key] = value
-    if precision == "f32" and plan["matmul"] != "blas" and plan["matrices"] == "stored":
+    if not exact and plan["matmul"] != "blas" and plan["matrices"] == "stored":
         if (overrides or {}).get("matrices") == "stored":
             raise ValueError("matrices='stored' in f32 precision needs matmul='blas' (the row-product kernel)")
         plan["matrices"] = "f32"  # ggml's F16 product would round the activations to F16

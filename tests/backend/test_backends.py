@@ -88,14 +88,14 @@ def test_rejected_ops_run_on_the_cpu_through_the_scheduler(tiny_model):
         want, want_codes = ref.decode(codes), ref.encode(x)
     backend = _RejectingBackend({"COL2IM_1D", "PAD", "TANH", "ROPE"})
     model = load_model(tiny_model.f32_path, backend, "all", "f32", None, {"conv_transpose": "col2im"})
-    with Codec(model, "f32") as codec:
+    with Codec(model) as codec:
         assert codec.decode_path == "auto" and codec.decode_chunk_frames is None  # a "GPU": fused, one-shot
         with pytest.warns(RuntimeWarning, match=r"backend fakegpu runs these ops on the CPU \(COL2IM_1D x\d+"):
             got = codec.decode(codes)
         assert "COL2IM_1D" in codec.lowerings["cpu_ops"]  # what the last graph built ran on the CPU
         with pytest.warns(RuntimeWarning, match=r"runs these ops on the CPU \(ROPE x\d+"):
             got_codes = codec.encode(x)
-        graphs = dict(codec._cache.graphs)
+        graphs = dict(codec.engine.cached_graphs())
         assert ("fused", 12) in graphs and not codec.failed_fused_frames
         fused = graphs[("fused", 12)]
         assert fused.sched and fused.cpu_nodes["COL2IM_1D"] >= 1 and fused.compute_bytes > 0
@@ -128,7 +128,7 @@ def test_cpu_ops_pins_named_ops_and_checks_the_names(tiny_model):
         with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1, cpu_ops=["mul_mat", "col2im_1d"],
                                lowerings={"matmul": "ggml"}) as c:  # products as ggml MUL_MAT nodes
             got = c.decode(codes)
-            assert all(g.sched for g in c._cache.graphs.values())
+            assert all(g.sched for g in c.engine.cached_graphs().values())
             assert "MUL_MAT" in c.lowerings["cpu_ops"]
     assert float(np.abs(got - want).max()) <= 1e-6
     with pytest.raises(ValueError, match=r"unknown ggml op name\(s\) \['CONV_9D'\]"):

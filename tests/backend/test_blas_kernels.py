@@ -114,7 +114,7 @@ def test_conv_taps_matches_numpy(cin, cout, length, k, d, with_prev, threads, mo
 def test_blas_can_be_switched_off(tiny_model):
     code = ("import pyggml_codec, sys; from pyggml_codec import kernels; "
             "c = pyggml_codec.load(sys.argv[1], backend='cpu'); "
-            "print(kernels.BLAS is None, c.plan['matmul'], c.plan['conv'], kernels.BLAS_UNAVAILABLE_REASON)")
+            "print(kernels.BLAS is None, c.plan.matmul, c.plan.conv, kernels.BLAS_UNAVAILABLE_REASON)")
     env = dict(os.environ, PYGGML_CODEC_BLAS="off")
     out = subprocess.run([sys.executable, "-c", code, str(tiny_model.f32_path)], env=env, capture_output=True,
                          text=True, timeout=120)
