@@ -7,7 +7,7 @@ import os
 import warnings
 from typing import Any, Iterable, Mapping
 
-from .backend.runtime import PRODUCTS, VK_DISABLE_F16, Backend, default_threads, set_cpu_ops, start_backend
+from .backend.runtime import PRODUCTS, Backend, default_threads, set_cpu_ops, start_backend
 from .codec import Codec
 from .model.loader import load_model
 from .plan import Precision, check_decode_path
@@ -76,7 +76,7 @@ def load(
     if precision.f32_products and handle.products == "f16-inputs":
         warnings.warn(f"pyggml_codec: precision 'f32' on {handle.device_name} is not F32: {PRODUCTS['f16-inputs']}. "
                       f"This device was first started in this process with F16 on; start it first with "
-                      f"precision='f32', or set {VK_DISABLE_F16}=1 before the first load", RuntimeWarning, stacklevel=2)
+                      f"precision='f32', or set {handle.quirks.f16_switch}=1 before the first load", RuntimeWarning, stacklevel=2)
     handle.set_threads(n_threads or default_threads())
     try:
         set_cpu_ops(handle, cpu_ops)

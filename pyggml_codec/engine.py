@@ -62,7 +62,7 @@ class Engine:
         # Split-path decodes longer than this many frames run as an exact stream of chunks (see
         # Plan.decode_chunk_frames); None decodes in one graph at any length.
         self.decode_chunk_frames: int | None = self.plan.decode_chunk_frames
-        self._cache = GraphCache(GRAPH_CACHE_SIZE, per_kind=not model.backend.is_cpu)
+        self._cache = GraphCache(GRAPH_CACHE_SIZE, per_kind=model.backend.quirks.cache_per_kind)
         self._batch_cache = GraphCache(BATCH_GRAPH_CACHE_SIZE)  # batched stream steps, by (kind, n, streams)
         self._owned = ExitStack()  # closed in reverse: the caches' graphs first, then weights and backend
         self._owned.callback(model.close)

@@ -54,8 +54,8 @@ S2CPP_LOWERINGS = {"matmul": "ggml", "conv": "im2col", "attention": "full", "mat
 def choose_lowerings(backend: Backend, overrides: dict | None = None, exact: bool = False) -> dict:
     """The graph-level lowering of each op with alternatives, for this backend and precision.
 
-    Metal in ggml 0.15.3 has no DIAG_MASK_INF, no left padding and no COL2IM_1D; the C++
-    engine gives Metal explicit masks. ``overrides`` forces a choice (tests run every
+    What a backend supports is probed; what it needs besides is its row of ``quirks.QUIRKS``
+    (Metal: explicit masks, as the C++ engine gives it). ``overrides`` forces a choice (tests run every
     lowering on the CPU backend against the reference). ``exact`` (the "s2cpp" precision) takes
     :data:`S2CPP_LOWERINGS` and refuses overrides against them. ``plan.decide_plan`` calls it.
     """
@@ -68,7 +68,7 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None, exact: boo
     support = probe_ops(backend)
     blas = backend.is_cpu and kernels.BLAS is not None
     plan = {
-        "mask": "diag_mask_inf" if support["diag_mask_inf"] and backend.name != "metal" else "explicit",
+        "mask": "diag_mask_inf" if support["diag_mask_inf"] and not backend.quirks.explicit_masks else "explicit",
         "conv_transpose": "col2im" if support["col2im_1d"] else "ggml",
         "left_pad": "pad_ext" if support["pad_left"] else "concat",
         "kernels": backend.is_cpu,
