@@ -25,7 +25,7 @@ from contextlib import ExitStack
 
 import numpy as np
 
-from .backend.graph import Graph, GraphCache
+from .backend.ggml_graph import Graph, GraphCache
 from .errors import ClosedError, GraphError
 from .graphs.build import ENCODER_CTX, FUSED_CTX, QUANTIZER_CTX, Build, CodecGraphs
 from .graphs.ops import Choices

@@ -19,7 +19,7 @@ import numpy as np
 
 from typing import Callable
 
-from .backend.graph import BOUND_ALIGN, BOUND_ROWS, Graph
+from .backend.ggml_graph import BOUND_ALIGN, BOUND_ROWS, Graph
 from .errors import InputError
 from .graphs import ops
 from .graphs.build import Build

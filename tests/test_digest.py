@@ -20,7 +20,7 @@ import pytest
 import pyggml_codec
 from pyggml_codec.backend import buildinfo, kernels
 
-from pyggml_codec.tools.demo import build_demo_model, demo_signal
+from pyggml_codec.demo import build_demo_model, demo_signal
 
 DIGESTS = Path(__file__).with_name("digests.json")
 RECORD = os.environ.get("PYGGML_RECORD_DIGESTS") == "1"

@@ -4,7 +4,7 @@
         [--precision f32|s2cpp] [--threads 2] [--backend cpu] [--top 15]
 
 Runs the call once (building and caching its graphs), then recomputes every cached graph
-one node at a time (``backend.graph.Graph.profile``) and sums the time per op and input shape.
+one node at a time (``backend.ggml_graph.Graph.profile``) and sums the time per op and input shape.
 """
 
 from __future__ import annotations

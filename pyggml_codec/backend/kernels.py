@@ -14,7 +14,7 @@ the compiled module is missing or does not match, graphs use plain ggml ops and
   ``mul_mat`` ran the codec's conv GEMMs at 80-100 GFLOP/s on the 2-core AVX2 machine, the
   OpenBLAS that numpy ships at 130-175 (side by side). Each ggml thread runs a
   single-threaded sgemm on its share of the product, so ggml's threads stay in charge.
-* The residual units' dilated convs by Winograd F(4,7): their wrapper is wino_conv.py.
+* The residual units' dilated convs by Winograd F(4,7): their wrapper is winograd_conv.py.
 """
 
 from __future__ import annotations

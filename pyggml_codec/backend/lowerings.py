@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 
-from . import binding, buildinfo, graph, kernels
+from . import binding, buildinfo, ggml_graph, kernels
 from .binding import lib
 from .runtime import Backend
 from ..errors import BackendError, PerformanceWarning
@@ -29,7 +29,7 @@ LOWERING_CHOICES = {
 
 def probe_ops(backend: Backend) -> dict[str, bool]:
     """Which of the ops with alternative lowerings ``backend`` supports (tiny metadata graph)."""
-    ctx = graph.new_context(32 * lib.ggml_tensor_overhead())
+    ctx = ggml_graph.new_context(32 * lib.ggml_tensor_overhead())
     try:
         sq = binding.new_tensor(ctx, binding.TYPE_F32, (4, 4))
         cols = binding.new_tensor(ctx, binding.TYPE_F32, (8, 4))

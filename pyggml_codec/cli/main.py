@@ -241,7 +241,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ..tools.demo import run_demo
+    from ..demo import run_demo
 
     return run_demo(args)
 

@@ -37,7 +37,7 @@ from ..errors import CodecError
 from ..io.codefiles import EXTENSIONS as CODE_EXTENSIONS
 from ..io.codefiles import read_codes
 from ..io.fileio import atomic_path
-from ..tools.corpus import AUDIO_EXTENSIONS, encode_file, file_sha256, plan_batch, read_input_audio
+from .corpus import AUDIO_EXTENSIONS, encode_file, file_sha256, plan_batch, read_input_audio
 
 MANIFEST = "manifest.parquet"
 COLUMNS = ("path", "output", "duration_s", "frames", "model_sha256", "pad_to", "status", "error")

@@ -10,7 +10,7 @@ Graph layout mirrors the C++ engine:
 * decode, fused path (non-CPU backends): one graph (256 MB) codes -> wave.
 
 Each ``CodecGraphs`` method returns ``build(g) -> {output name: tensor}`` for
-:meth:`Graph.build <pyggml_codec.backend.graph.Graph.build>`; the inputs it declares are
+:meth:`Graph.build <pyggml_codec.backend.ggml_graph.Graph.build>`; the inputs it declares are
 fed by name at compute time ("codes.<i>", "latent", "audio").
 """
 
@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from ..backend import arena_attention, kernels
-from ..backend.graph import Graph
+from ..backend.ggml_graph import Graph
 from ..model.loader import LoadedModel
 from ..plan import Plan
 from . import ops, quantizer, seanet

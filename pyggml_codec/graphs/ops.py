@@ -27,7 +27,7 @@ import numpy as np
 
 from ..backend import binding, kernels
 from ..backend.binding import lib, new_tensor  # noqa: F401  (new_tensor: part of the op helpers)
-from ..backend.graph import BOUND_ROWS
+from ..backend.ggml_graph import BOUND_ROWS
 
 F32, F16, I32, I64 = binding.TYPE_F32, binding.TYPE_F16, binding.TYPE_I32, binding.TYPE_I64
 MASKED = -1e9  # the C++ engine's fill value for masked attention scores

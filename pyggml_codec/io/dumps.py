@@ -22,8 +22,8 @@ so a dump of this library and one of the reference (``tools/reference_dump.py``)
 ``enc.vq{i}.residual`` is the residual entering VQ stage i (``enc.vq0.residual`` equals
 ``pre_module``); ``enc.vq{i}.codes`` is that stage's code row.
 
-Comparison (:func:`compare`, :class:`Report`) lives in :mod:`pyggml_codec.tools.compare`;
-the backend benchmark in :mod:`pyggml_codec.tools.bench`; their commands in ``cli/diagnostics.py``.
+Comparison (:func:`compare`, :class:`Report`) lives in :mod:`pyggml_codec.diagnostics.compare`;
+the backend benchmark in :mod:`pyggml_codec.diagnostics.bench`; their commands in ``cli/diagnostics.py``.
 """
 
 from __future__ import annotations

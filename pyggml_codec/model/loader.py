@@ -17,7 +17,7 @@ import numpy as np
 
 from ..backend import binding, buildinfo
 from ..backend.binding import QUANT_TYPES
-from ..backend.graph import WeightBuffer
+from ..backend.ggml_graph import WeightBuffer
 from ..backend.runtime import Backend
 from ..errors import ExactnessWarning, ModelFileError
 from ..plan import Plan, Precision, decide_plan

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..backend.binding import QUANT_TYPES
-from ..backend.winograd import WINOGRAD
+from ..backend.winograd_tables import WINOGRAD
 from ..errors import TensorError
 from ..plan import Plan
 from .config import RESIDUAL_DILATIONS, CodecConfig, TransformerConfig

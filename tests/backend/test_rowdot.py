@@ -99,7 +99,7 @@ def test_rowdot_column_thread_and_type_invariant():
 
 
 def test_rowdot_refuses_what_it_cannot_read():
-    from pyggml_codec.backend.graph import new_context
+    from pyggml_codec.backend.ggml_graph import new_context
 
     ctx = new_context(16 * ops.lib.ggml_tensor_overhead())
     try:

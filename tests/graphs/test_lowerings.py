@@ -13,7 +13,7 @@ import oracle
 import pyggml_codec
 from parity import random_codes, report, signal
 from pyggml_codec.backend import kernels, runtime
-from pyggml_codec.backend.graph import Graph
+from pyggml_codec.backend.ggml_graph import Graph
 from pyggml_codec.backend import lowerings
 
 F32_REL_RMS = 1e-5  # f32 precision: float32 rounding only, whatever the lowering

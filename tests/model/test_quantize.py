@@ -81,7 +81,7 @@ def test_ggml_quantizer_agrees_with_an_independent_dequantizer():
     """Blocks written by ggml_quantize_chunk, read back by gguf-py's numpy code and by ggml's own
     dequantizing copy: the same floats, bit for bit."""
     from pyggml_codec.backend import runtime
-    from pyggml_codec.backend.graph import Graph
+    from pyggml_codec.backend.ggml_graph import Graph
     from pyggml_codec.graphs import ops
 
     rows = np.random.default_rng(3).standard_normal((8, 512)).astype(np.float32)

@@ -25,7 +25,7 @@ import pyggml_codec
 from parity import random_codes, signal
 from pyggml_codec.io import dumps as diag
 from pyggml_codec.cli.diagnostics import register_cli
-from pyggml_codec.tools.compare import CompareError, CompareUsageError, compare
+from pyggml_codec.diagnostics.compare import CompareError, CompareUsageError, compare
 from pyggml_codec.io.codefiles import CodeFile, write_codes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -281,7 +281,7 @@ def test_cli_compare_and_bench_through_main(ws, tiny_model, tmp_path):
 
 
 def test_bench_backends_has_the_cpu_row(tiny_model):
-    from pyggml_codec.tools.bench import bench_backends
+    from pyggml_codec.diagnostics.bench import bench_backends
 
     result = bench_backends(tiny_model.f32_path, seconds=0.1, repeats=2, n_threads=1)
     table = result.table()

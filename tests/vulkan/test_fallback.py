@@ -12,7 +12,7 @@ import pytest
 import pyggml_codec
 from pyggml_codec import GraphError
 from pyggml_codec.backend import binding, runtime
-from pyggml_codec.backend.graph import LAYOUT_OPS
+from pyggml_codec.backend.ggml_graph import LAYOUT_OPS
 from parity import random_codes, report
 
 pytestmark = pytest.mark.gpu

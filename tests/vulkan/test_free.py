@@ -28,7 +28,7 @@ GRAPHS = """
 import sys, types
 import numpy as np
 from pyggml_codec.backend import binding, runtime
-from pyggml_codec.backend.graph import Graph
+from pyggml_codec.backend.ggml_graph import Graph
 
 lib = binding.lib
 backend = runtime.start_backend(sys.argv[1], 0, strict=True)

@@ -12,7 +12,7 @@ import numpy as np
 
 from .binding import lib
 from .kernels import OPS, BLAS, CONV_MIN_CHANNELS, N_TASKS_MAX, ROWDOT  # the kernels' table: one build, one check
-from .winograd import WINOGRAD, Winograd
+from .winograd_tables import WINOGRAD, Winograd
 
 WINO_CHUNK_BYTES = 8 << 20  # a thread block's working set (transformed input + products)
 # Threads take blocks of tile rows (m d outputs each): at least WINO_MIN_TILES tiles, and

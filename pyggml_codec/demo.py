@@ -14,16 +14,16 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFValueType
 
-from .._version import __version__
-from ..api import load
-from ..io.audio import write_audio
-from ..io.codefiles import CodeFile, write_codes
-from ..model import layout as layout
-from ..model.gguf_write import MetaValue as WriteMeta
-from ..model.gguf_write import TensorData, write_gguf
-from ..model.config import CodecConfig
-from ..model.gguf_file import MetaValue
-from ..model.weights import TensorSpec, expected_tensors
+from ._version import __version__
+from .api import load
+from .io.audio import write_audio
+from .io.codefiles import CodeFile, write_codes
+from .model import layout as layout
+from .model.gguf_write import MetaValue as WriteMeta
+from .model.gguf_write import TensorData, write_gguf
+from .model.config import CodecConfig
+from .model.gguf_file import MetaValue
+from .model.weights import TensorSpec, expected_tensors
 
 DEMO_ARCH = "fish-speech-codec"
 OUTPUT_GAIN = 0.005  # shrinks the decoder's last conv so tanh does not saturate (output std ~0.25)
