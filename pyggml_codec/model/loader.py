@@ -93,19 +93,18 @@ def load_model(source: Any, backend: Backend, parts: str, precision: Precision,
         config = CodecConfig.from_metadata(mf.metadata)
         specs = expected_tensors(config, ffn_width_reader(mf, prefix))
         check_tensors(mf, specs, prefix)
-        precision = Precision.parse(precision)
-        _warn_quantized_s2cpp(mf, prefix, precision)
-        if precision.reproduces_s2cpp and backend.is_cpu:
+        plan = decide_plan(backend, precision, lowerings)
+        _warn_quantized_s2cpp(mf, prefix, plan)
+        if plan.reproduces_s2cpp and backend.is_cpu:
             _warn_s2cpp_build()
-        model = LoadedModel(config=config, backend=backend, parts=parts, source=mf.source,
-                            plan=decide_plan(backend, precision, lowerings))
+        model = LoadedModel(config=config, backend=backend, parts=parts, source=mf.source, plan=plan)
         wanted = [s for s in specs if (parts == "all" or parts in s.parts) and s.role != "host"]
         _upload(model, mf, prefix, wanted, host_tensors or {})
         if parts in ("all", "encode"):
-            model.vq_stages = _vq_stages(mf, prefix, specs, config, sequential=precision.reproduces_s2cpp)
+            model.vq_stages = _vq_stages(mf, prefix, specs, config, sequential=plan.reproduces_s2cpp)
         log.info("loaded %s: %d tensors (%d shared with the host), %.1f MB on %s (parts=%s, precision=%s)",
                  mf.source, len(model.weights), len(model.shared), model.loaded_bytes / 1e6, backend.name, parts,
-                 precision.value)
+                 plan.precision.value)
         return model
     except BaseException:
         if model is not None and model.buffer is not None:
@@ -121,11 +120,11 @@ def _warn_s2cpp_build() -> None:
         warnings.warn(exactness["reason"], ExactnessWarning, stacklevel=4)
 
 
-def _warn_quantized_s2cpp(mf: ModelFile, prefix: str, precision: Precision) -> None:
+def _warn_quantized_s2cpp(mf: ModelFile, prefix: str, plan: Plan) -> None:
     """s2cpp mode exists to reproduce the C++ engine's F16 rounding; on a quantized file that
     reproduction is not established (the engine's quantized path was never compared)."""
     quantized = [n for n, t in mf.tensors.items() if n.startswith(prefix) and t.ggml_type in QUANT_TYPES]
-    if precision.reproduces_s2cpp and quantized:
+    if plan.reproduces_s2cpp and quantized:
         warnings.warn(f"{mf.source}: precision='s2cpp' on a quantized file ({len(quantized)} quantized matrices, "
                       f"e.g. {quantized[0]}): parity with the C++ engine is not established for quantized "
                       f"weights", RuntimeWarning,

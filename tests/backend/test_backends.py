@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 import pyggml_codec
-from pyggml_codec import BackendError
+from pyggml_codec import BackendError, Precision
 from pyggml_codec.backend import binding, runtime
 
 
@@ -86,7 +86,7 @@ def test_rejected_ops_run_on_the_cpu_through_the_scheduler(tiny_model):
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1) as ref:
         want, want_codes = ref.decode(codes), ref.encode(x)
     backend = _RejectingBackend({"COL2IM_1D", "PAD", "TANH", "ROPE"})
-    model = load_model(tiny_model.f32_path, backend, "all", "f32", None, {"conv_transpose": "col2im"})
+    model = load_model(tiny_model.f32_path, backend, "all", Precision.F32, None, {"conv_transpose": "col2im"})
     with Codec(model) as codec:
         assert codec.decode_path == "auto" and codec.decode_chunk_frames is None  # a "GPU": fused, one-shot
         with pytest.warns(RuntimeWarning, match=r"backend fakegpu runs these ops on the CPU \(COL2IM_1D x\d+"):
