@@ -135,10 +135,6 @@ class Engine:
 
     # ----------------------------------------------------------------- decode
 
-    def fused(self, path: str) -> bool:
-        """Whether decode path ``path`` ("auto", "split", "fused") runs the fused graph here."""
-        return path == "fused" or (path == "auto" and not self.model.backend.is_cpu)
-
     def chunk_frames(self) -> int | None:
         """:attr:`decode_chunk_frames`, checked."""
         chunk = self.decode_chunk_frames

@@ -15,9 +15,9 @@ and driven through ``Engine.decode_step`` / ``Engine.encode_step``.
 
 from __future__ import annotations
 
-import numpy as np
-
 from typing import Callable
+
+import numpy as np
 
 from .backend.ggml_graph import BOUND_ALIGN, BOUND_ROWS, Graph
 from .errors import InputError
