@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import models
     import oracle
-    from pyggml_codec.tools.demo import build_demo_model
+    from pyggml_codec.demo import build_demo_model
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

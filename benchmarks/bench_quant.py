@@ -109,7 +109,7 @@ def measure(path: Path, ref: dict | None, args, quantized: str = "native") -> di
         x = signal(n, seed=1)
         c.decode(codes[:, :4]), c.encode(x[:4096])  # warm: graphs for the first sizes
         wave, t_dec = _timed(lambda: c.decode(codes), args.reps)
-        (enc, margins), t_enc = _timed(lambda: c.encode(x, return_margins=True), args.reps)
+        (enc, margins), t_enc = _timed(lambda: (lambda r: (r.codes, r.margins))(c.encode_details(x)), args.reps)
         row = {"file": path.name, "quantized": quantized, "mb": path.stat().st_size / 1e6,
                "decode_s": t_dec, "encode_s": t_enc, "lowering": c.lowerings.get("quantized", "-")}
     rss = subprocess.run([sys.executable, __file__, "--rss-child", str(path), str(args.seconds), quantized],

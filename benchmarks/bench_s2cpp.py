@@ -25,7 +25,7 @@ import numpy as np
 
 import pyggml_codec as pc
 from pyggml_codec.backend import buildinfo
-from pyggml_codec.tools import s2cpp
+from pyggml_codec.diagnostics import s2cpp
 
 
 def s2cpp_time(exe: Path, kind: str, model: Path, data: np.ndarray, threads: int, repeats: int) -> float:

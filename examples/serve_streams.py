@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 import pyggml_codec
-from pyggml_codec.tools.demo import build_demo_model
+from pyggml_codec.demo import build_demo_model
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", type=Path, help="codec GGUF (default: build the tiny demo model)")

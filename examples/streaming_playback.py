@@ -17,7 +17,7 @@ import soundfile as sf
 
 import pyggml_codec
 from pyggml_codec.io.codefiles import read_codes
-from pyggml_codec.tools.demo import build_demo_model
+from pyggml_codec.demo import build_demo_model
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", type=Path, help="codec GGUF (default: build the tiny demo model)")

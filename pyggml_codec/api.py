@@ -7,10 +7,10 @@ import os
 import warnings
 from typing import Any, Iterable, Mapping
 
-from .backend.runtime import PRODUCTS, VK_DISABLE_F16, Backend, default_threads, set_cpu_ops, start_backend
+from .backend.runtime import PRODUCTS, Backend, default_threads, set_cpu_ops, start_backend
 from .codec import Codec
-from .inputs import PRECISIONS
 from .model.loader import load_model
+from .plan import Precision, check_decode_path
 
 
 def load(
@@ -63,8 +63,8 @@ def load(
     ``cpu_ops`` (ggml op names such as ``{"COL2IM_1D"}``) pins more ops to the CPU that way,
     to bisect a backend's op against the CPU's.
     """
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be 'f32' or 's2cpp', got {precision!r}")
+    precision = Precision.parse(precision)
+    check_decode_path(decode_path)
     if n_threads is not None and int(n_threads) < 1:
         raise ValueError(f"n_threads must be >= 1, got {n_threads}")
     if isinstance(backend, ctypes.c_void_p):
@@ -72,11 +72,11 @@ def load(
     if isinstance(backend, int) and not isinstance(backend, bool):
         handle = Backend.wrap(backend)
     else:
-        handle = start_backend(str(backend), device, strict_backend, f32_products=precision == "f32")
-    if precision == "f32" and handle.products == "f16-inputs":
+        handle = start_backend(str(backend), device, strict_backend, f32_products=precision.f32_products)
+    if precision.f32_products and handle.products == "f16-inputs":
         warnings.warn(f"pyggml_codec: precision 'f32' on {handle.device_name} is not F32: {PRODUCTS['f16-inputs']}. "
                       f"This device was first started in this process with F16 on; start it first with "
-                      f"precision='f32', or set {VK_DISABLE_F16}=1 before the first load", RuntimeWarning, stacklevel=2)
+                      f"precision='f32', or set {handle.quirks.f16_switch}=1 before the first load", RuntimeWarning, stacklevel=2)
     handle.set_threads(n_threads or default_threads())
     try:
         set_cpu_ops(handle, cpu_ops)
@@ -84,4 +84,4 @@ def load(
         handle.free()
         raise
     model = load_model(source, handle, parts, precision, host_tensors, lowerings)
-    return Codec(model, precision, decode_path)
+    return Codec(model, decode_path)

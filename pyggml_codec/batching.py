@@ -21,10 +21,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from .engine import Engine
 from .errors import InputError
 from .inputs import check_codes
-from .stream_state import StreamSlot, StreamStates
-from .streaming import decode_step
+from .stream_state import StreamSlot
 
 
 class BatchStreamDecoder:
@@ -38,18 +38,19 @@ class BatchStreamDecoder:
     :class:`InputError`\\ s naming the stream, raised before any stream moves.
     """
 
-    def __init__(self, codec, max_streams: int = 8, *, on_invalid_codes: str = "clamp"):
-        if codec.parts == "encode":
+    def __init__(self, engine: Engine, max_streams: int = 8, *, on_invalid_codes: str = "clamp",
+                 fused: bool = False):
+        if engine.check_open().parts == "encode":
             raise InputError("this codec was loaded with parts='encode'; decode needs parts='decode' or 'all'")
         if isinstance(max_streams, bool) or not isinstance(max_streams, (int, np.integer)) or max_streams < 1:
             raise ValueError(f"max_streams must be an int >= 1, got {max_streams!r}")
         if on_invalid_codes not in ("clamp", "raise"):
             raise ValueError(f"on_invalid_codes must be 'clamp' or 'raise', got {on_invalid_codes!r}")
-        self._codec = codec
+        self._engine = engine
         self.max_streams = int(max_streams)
         self.on_invalid_codes = on_invalid_codes
-        self.fused = codec._fused(codec.decode_path)
-        self._states = StreamStates(codec, self.max_streams)
+        self.fused = fused
+        self._states = engine.new_streams(self.max_streams)  # every stream's carried state, owned here
         self._slots: dict[int, StreamSlot] = {}
         self._left: set[int] = set()
         self._next_id = 0
@@ -91,14 +92,14 @@ class BatchStreamDecoder:
 
     def push(self, chunks: Mapping[int, object]) -> dict[int, np.ndarray]:
         """Decode one step: ``{sid: codes (n_codebooks, n)}`` -> ``{sid: float32 audio}``."""
-        codec = self._codec
-        with codec._lock:
-            codec._live()
+        engine = self._engine
+        with engine.lock:
+            engine.check_open()
             checked: dict[int, np.ndarray] = {}
             for sid, codes in chunks.items():
                 self._slot(sid)
                 try:
-                    checked[sid] = check_codes(codes, codec.config, self.on_invalid_codes)
+                    checked[sid] = check_codes(codes, engine.config, self.on_invalid_codes)
                 except InputError as exc:
                     raise InputError(f"stream {sid}: {exc}") from exc
             groups: dict[int, list[int]] = {}
@@ -118,8 +119,8 @@ class BatchStreamDecoder:
 
     def _step(self, n: int, slots: list[StreamSlot], codes: list[np.ndarray]) -> tuple[list[np.ndarray], list]:
         """One group's graphs: each stream's audio and pending state updates."""
-        audio, pending, compute_s = decode_step(self._codec, self._states, slots, np.concatenate(codes, axis=1),
-                                                self.fused)
+        audio, pending, compute_s = self._engine.decode_step(self._states, slots, np.concatenate(codes, axis=1),
+                                                             self.fused)
         self.last_compute_s += compute_s
         return np.split(audio.reshape(-1), len(slots)), pending
 
@@ -135,8 +136,8 @@ class BatchStreamDecoder:
         self.close()
 
 
-def decode_batch(codec, items: Sequence, *, on_invalid_codes: str = "clamp",
-                 frames_per_step: int | None = None) -> list[np.ndarray]:
+def decode_batch(engine: Engine, items: Sequence, *, on_invalid_codes: str = "clamp",
+                 frames_per_step: int | None = None, fused: bool = False) -> list[np.ndarray]:
     """Decode several code arrays ``(n_codebooks, T_i)`` together: a list of float32 audio,
     ``T_i * samples_per_frame`` samples each, equal to decoding each alone (float rounding).
 
@@ -145,20 +146,20 @@ def decode_batch(codec, items: Sequence, *, on_invalid_codes: str = "clamp",
     ``decode_chunk_frames``, or unbounded where that is None, as on GPU backends) bounds the
     step's compute buffer, as ``decode_chunk_frames`` bounds one decode's.
     """
-    cfg = codec.config
+    cfg = engine.check_open().config
     checked = []
     for i, codes in enumerate(items):
         try:
             checked.append(check_codes(codes, cfg, on_invalid_codes, max_frames=None))
         except InputError as exc:
             raise InputError(f"item {i}: {exc}") from exc
-    budget = codec._chunk_frames() if frames_per_step is None else int(frames_per_step)
+    budget = engine.chunk_frames() if frames_per_step is None else int(frames_per_step)
     if budget is not None and budget < 1:
         raise ValueError(f"frames_per_step must be >= 1, got {frames_per_step}")
     pieces: list[list[np.ndarray]] = [[] for _ in checked]
     if not checked:
         return []
-    with BatchStreamDecoder(codec, max_streams=len(checked)) as bsd:
+    with BatchStreamDecoder(engine, max_streams=len(checked), fused=fused) as bsd:
         sids = {bsd.join(): i for i in range(len(checked))}
         done = [0] * len(checked)
         while sids:

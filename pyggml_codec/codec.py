@@ -1,36 +1,32 @@
-"""The Codec: encode/decode orchestration, graph caches and fallbacks (no graph code: the
-graphs come from ``graphs/build.py``).
+"""The Codec: the library's front. It checks what the caller passes, holds the engine's lock
+over a call, and hands the work to the :class:`~pyggml_codec.engine.Engine` (graphs, caches,
+runs) or to the stream decoders built on it (``streaming.py``, ``batching.py``).
 
-The fused decode graph (non-CPU backends) is cached per frame count; a frame count whose
-fused graph failed is remembered and served by the split path. Long CPU decodes run as an
-exact stream of chunks (``streaming.py``).
+Return types are fixed per method: :meth:`Codec.encode` gives the codes,
+:meth:`Codec.encode_details` codes and margins, :meth:`Codec.encode_stages` every stage;
+:meth:`Codec.decode` gives the audio, :meth:`Codec.decode_stages` the audio and every stage;
+:meth:`Codec.dump_encode` / :meth:`Codec.dump_decode` write the stages to a dump file.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import threading
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 
-from .backend.graph import Graph, GraphCache
-from .errors import ClosedError, GraphError, InputError
-from .graphs.build import ENCODER_CTX, FUSED_CTX, QUANTIZER_CTX, Build, CodecGraphs
+from .batching import BatchStreamDecoder, decode_batch
+from .engine import Engine
+from .errors import InputError
+from .graphs.build import CodecGraphs
 from .graphs.ops import Choices
-from .inputs import DECODE_PATHS, MAX_DECODE_FRAMES, PAD_POLICIES, PRECISIONS, EncodeResult, check_audio, check_codes
-from .model import vq
+from .inputs import MAX_DECODE_FRAMES, PAD_POLICIES, EncodeResult, check_audio, check_codes
+from .io import dumps
 from .model.config import CodecConfig
 from .model.loader import LoadedModel
-
-if TYPE_CHECKING:
-    from .batching import BatchStreamDecoder
-    from .streaming import StreamDecoder
-
-GRAPH_CACHE_SIZE = 4  # graphs kept in all on the CPU, per kind (distinct frame counts) elsewhere
-BATCH_GRAPH_CACHE_SIZE = 12  # batched stream graphs: two stages x several (frames, streams) groups
-DECODE_CHUNK_FRAMES = 32  # about 1.5 s: the split decode's chunk on CPU (Codec.decode_chunk_frames)
+from .plan import Plan, check_decode_path
+from .progress import ProgressCallback
+from .streaming import StreamDecoder, decode_windowed, encode_chunked, stream_decode
 
 
 class Codec:
@@ -40,81 +36,56 @@ class Codec:
     are not reentrant); use one codec per thread for parallelism.
     """
 
-    def __init__(self, model: LoadedModel, precision: str, decode_path: str = "auto"):
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-        self._model = model
-        self.precision = precision
-        self.graphs = CodecGraphs(model, precision)
-        self.decode_path = decode_path
-        self._cache = GraphCache(GRAPH_CACHE_SIZE, per_kind=not model.backend.is_cpu)
-        self._batch_cache = GraphCache(BATCH_GRAPH_CACHE_SIZE)  # batched stream steps, by (kind, n, streams)
-        self.failed_fused_frames: set[int] = set()
-        self._lock = threading.RLock()
-        self.lowerings = Choices()  # every lowering the graphs built so far used (ops.Choices)
-        # Compiled CPU kernels (kernels.py) where ggml is slow, when the lowering plan allows
-        # them; set False (then clear_cache()) to run plain ggml ops, e.g. to compare the two.
-        self.use_custom_kernels = True
-        # Seconds inside ggml compute during the last encode/decode call (the rest of a call's
-        # wall time is Python: validation, graph lookup, uploads, downloads, host VQ).
-        self.last_compute_s = 0.0
-        # Split-path decodes longer than this many frames run as an exact stream of chunks of
-        # this length (streaming.StreamDecoder: same audio to float rounding), so the compute
-        # buffer stays bounded by the chunk instead of growing with the input (one-shot: about
-        # 4.3 MB per frame at full size). None decodes in one graph at any length (up to
-        # inputs.MAX_DECODE_FRAMES), as the C++ engine does; the default on GPU backends and in
-        # the s2cpp precision (whose point is the C++ engine's bits: its one graph per stage;
-        # chunks move F16 roundings, 2e-4 rel RMS on the tiny model).
-        self.decode_chunk_frames: int | None = (
-            DECODE_CHUNK_FRAMES if model.backend.is_cpu and precision == "f32" else None)
+    def __init__(self, model: LoadedModel, decode_path: str = "auto"):
+        self.engine = Engine(model)
+        self.decode_path = check_decode_path(decode_path)
 
     # ----------------------------------------------------------------- properties
 
     @property
+    def plan(self) -> Plan:
+        """How this codec computes: precision, lowerings, decode path (see :mod:`pyggml_codec.plan`)."""
+        return self._engine().plan
+
+    @property
+    def precision(self) -> str:
+        """"f32" or "s2cpp" (``plan.precision``)."""
+        return self._engine().plan.precision.value
+
+    @property
     def config(self) -> CodecConfig:
-        return self._live().config
+        return self.engine.check_open().config
 
     @property
     def backend_name(self) -> str:
-        return self._live().backend.name
+        return self.engine.check_open().backend.name
 
     @property
     def fallback_reason(self) -> str | None:
-        return self._live().backend.fallback_reason
+        return self.engine.check_open().backend.fallback_reason
 
     @property
     def parts(self) -> str:
-        return self._live().parts
+        return self.engine.check_open().parts
 
     @property
     def loaded_bytes(self) -> int:
-        return self._live().loaded_bytes
+        return self.engine.check_open().loaded_bytes
 
     @property
     def model_source(self) -> str:
         """The model file (or reader) this codec was loaded from."""
-        return self._live().source
+        return self.engine.check_open().source
 
     @property
     def device_name(self) -> str:
         """ggml's name of the backend device, e.g. "CPU" or "CUDA0"."""
-        return self._live().backend.device_name
-
-    def compute_bytes(self) -> dict[str, int]:
-        """Compute-buffer bytes of each cached graph, keyed by "kind/frames" (ggml's allocator)."""
-        with self._lock:
-            self._live()
-            return {f"{key[0]}/{key[1]}": graph.compute_bytes for key, graph in self._cache.graphs.items()}
-
-    @property
-    def plan(self) -> dict:
-        """The lowering chosen per op for this backend (see runtime.choose_lowerings)."""
-        return dict(self._live().plan)
+        return self.engine.check_open().backend.device_name
 
     @property
     def shared_tensors(self) -> frozenset[str]:
         """Weights used in place from the host (``load(host_tensors=...)``)."""
-        return frozenset(self._live().shared)
+        return frozenset(self.engine.check_open().shared)
 
     @property
     def sample_rate(self) -> int:
@@ -122,28 +93,80 @@ class Codec:
 
     @property
     def n_threads(self) -> int:
-        return self._live().backend.n_threads
+        return self.engine.check_open().backend.n_threads
 
     @n_threads.setter
     def n_threads(self, n: int) -> None:
         if int(n) < 1:
             raise ValueError(f"n_threads must be >= 1, got {n}")
-        self._live().backend.set_threads(int(n))
+        self.engine.check_open().backend.set_threads(int(n))
 
-    def _live(self) -> LoadedModel:
-        if self._model is None or self._model.closed:
-            raise ClosedError("this codec has been closed")
-        return self._model
+    @property
+    def graphs(self) -> CodecGraphs:
+        """The graph builders (``graphs/build.py``) over this codec's model."""
+        return self._engine().graphs
+
+    @property
+    def lowerings(self) -> Choices:
+        """Every lowering the graphs built so far used, per op (``ops.Choices``)."""
+        return self._engine().lowerings
+
+    @property
+    def failed_fused_frames(self) -> set[int]:
+        """Frame counts whose fused decode graph failed; those decode by the split path."""
+        return self._engine().failed_fused_frames
+
+    @property
+    def last_compute_s(self) -> float:
+        """Seconds inside ggml compute during the last encode/decode call."""
+        return self._engine().last_compute_s
+
+    @property
+    def use_custom_kernels(self) -> bool:
+        """The compiled CPU kernels where the plan takes them; set False (then :meth:`clear_cache`)
+        to run plain ggml ops, e.g. to compare the two."""
+        return self._engine().use_custom_kernels
+
+    @use_custom_kernels.setter
+    def use_custom_kernels(self, on: bool) -> None:
+        self._engine().use_custom_kernels = bool(on)
+
+    @property
+    def decode_chunk_frames(self) -> int | None:
+        """Split-path decodes longer than this many frames run as an exact stream of chunks of this
+        length (same audio to float rounding), so the compute buffer stays bounded by the chunk
+        (one-shot: about 4.3 MB per frame at full size). None decodes in one graph at any length
+        (up to ``inputs.MAX_DECODE_FRAMES``), as the C++ engine does. Default: ``plan.decode_chunk_frames``."""
+        return self._engine().decode_chunk_frames
+
+    @decode_chunk_frames.setter
+    def decode_chunk_frames(self, frames: int | None) -> None:
+        self._engine().decode_chunk_frames = frames
+
+    def compute_bytes(self) -> dict[str, int]:
+        """Compute-buffer bytes of each cached graph, keyed by "kind/frames" (ggml's allocator)."""
+        with self.engine.lock:
+            self.engine.check_open()
+            return {f"{key[0]}/{key[1]}": graph.compute_bytes for key, graph in self.engine.cached_graphs().items()}
+
+    def info(self) -> dict[str, object]:
+        """What this codec is: model, backend, device, threads, parts, bytes and the plan's fields."""
+        model = self.engine.check_open()
+        return {"model": str(model.source), "backend": model.backend.name, "device": model.backend.device_name,
+                "fallback_reason": model.backend.fallback_reason, "n_threads": model.backend.n_threads,
+                "parts": model.parts, "loaded_bytes": model.loaded_bytes, "decode_path": self.decode_path,
+                "plan": self.plan.as_dict()}
+
+    def _engine(self) -> Engine:
+        """The engine, or :class:`ClosedError` once closed (every public member raises it then)."""
+        self.engine.check_open()
+        return self.engine
 
     # ----------------------------------------------------------------- lifetime
 
     def close(self) -> None:
         """Free graphs, weights and (if this codec started it) the backend. Idempotent."""
-        with self._lock:
-            if self._model is not None and not self._model.closed:
-                self._cache.clear()
-                self._batch_cache.clear()
-                self._model.close()
+        self.engine.close()
 
     def __enter__(self) -> "Codec":
         return self
@@ -160,234 +183,159 @@ class Codec:
     def clear_cache(self) -> None:
         """Free cached graphs. Remembered fused-graph failures survive. On lavapipe the backend's
         ggml context is started again to free their buffers (``Backend.restart``)."""
-        with self._lock:
-            self._live()
-            self._cache.clear()
-            self._batch_cache.clear()
-            self._model.backend.restart()
-
-    # ----------------------------------------------------------------- graph building
-
-    def _graph(self, key, ctx_bytes: int, build: Build, keep_stages: bool = False, streamed: bool = False,
-               batch: int = 1) -> Graph:
-        def make() -> Graph:
-            self._live()
-            graph = self.graphs.new_graph(ctx_bytes, build, keep_stages=keep_stages,
-                                          custom_kernels=self.use_custom_kernels, streamed=streamed, batch=batch)
-            self.lowerings.update(graph.builder.lowerings)
-            return graph
-
-        if keep_stages and self._model.backend.is_cpu:  # dumps are one-off on the CPU; cached elsewhere:
-            return make()  # on lavapipe a freed graph's buffers stay parked to clear_cache() (Backend.release)
-        if keep_stages:
-            key = key + ("stages",)
-        return (self._batch_cache if batch > 1 else self._cache).get(key, make)
-
-    def _run(self, key, ctx_bytes: int, build: Build, feeds: dict,
-             keep_stages: bool = False) -> dict[str, np.ndarray]:
-        """Compute the (cached) graph ``key`` on ``feeds``; one-off stage graphs are freed after."""
-        graph = self._graph(key, ctx_bytes, build, keep_stages)
-        try:
-            out = graph.run(feeds)
-            self.last_compute_s += graph.last_compute_s
-            return out
-        finally:
-            if keep_stages and self._model.backend.is_cpu:
-                graph.free()
+        with self.engine.lock:
+            self.engine.clear_cache()
 
     # ----------------------------------------------------------------- decode
 
     def decode(self, codes, *, on_invalid_codes: str = "clamp", decode_path: str | None = None,
-               return_stages: bool = False, dump: str | os.PathLike | None = None):
+               progress: ProgressCallback | None = None) -> np.ndarray:
         """Codes ``(n_codebooks, T)`` (or ``(1, n_codebooks, T)``), any integer dtype ->
         float32 audio of ``T * samples_per_frame`` samples.
 
         Out-of-range codes are clamped per codebook with a warning giving the counts
         (``on_invalid_codes="raise"`` raises instead). ``decode_path`` forces "split" or
-        "fused"; "auto" uses fused on GPU backends and split on CPU. With
-        ``return_stages=True`` returns ``(audio, {stage name: array})``. ``dump=PATH`` also
-        writes every stage to one ``.npz`` (see :mod:`pyggml_codec.diagnostics`).
+        "fused"; "auto" uses fused on GPU backends and split on CPU (``plan.decode``).
+        ``progress`` receives ("decode", frames done, frames in all, "frames") per chunk.
         """
-        if dump is not None:
-            if return_stages:
-                raise ValueError("dump= writes the stages; it does not combine with return_stages=True")
-            from .io.dumps import dump_decode
+        return self._decode(codes, on_invalid_codes, decode_path, False, progress)
 
-            return dump_decode(self, codes, dump, on_invalid_codes=on_invalid_codes, decode_path=decode_path)
-        path = decode_path or self.decode_path
-        if path not in DECODE_PATHS:
-            raise ValueError(f"decode_path must be one of {DECODE_PATHS}, got {path!r}")
-        with self._lock:
-            self.last_compute_s = 0.0
-            model = self._live()
-            if model.parts == "encode":
+    def decode_stages(self, codes, *, on_invalid_codes: str = "clamp",
+                      decode_path: str | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """:meth:`decode` in one graph with every stage kept: ``(audio, {stage name: array})``."""
+        return self._decode(codes, on_invalid_codes, decode_path, True, None)
+
+    def _decode(self, codes, on_invalid_codes: str, decode_path: str | None, stages: bool,
+                progress: ProgressCallback | None):
+        fused = self.plan.fused(check_decode_path(decode_path or self.decode_path))
+        engine = self.engine
+        with engine.lock:
+            engine.last_compute_s = 0.0
+            if engine.check_open().parts == "encode":
                 raise InputError("this codec was loaded with parts='encode'; decode needs parts='decode' or 'all'")
-            fused = self._fused(path)
-            chunk = None if fused or return_stages else self._chunk_frames()
+            chunk = None if fused or stages else engine.chunk_frames()
             codes = check_codes(codes, self.config, on_invalid_codes, max_frames=None if chunk else MAX_DECODE_FRAMES)
-            n = codes.shape[1]
-            if chunk and n > chunk:
-                return self._decode_chunked(codes, chunk)
-            if fused and n not in self.failed_fused_frames:
-                try:
-                    return self._decode_fused(codes, return_stages)
-                except GraphError as exc:
-                    self.failed_fused_frames.add(n)
-                    self._cache.discard(("fused", n), ("fused", n, "stages"))
-                    logging.getLogger("pyggml_codec").warning(
-                        "fused decode of %d frames failed (%s); using the split path for this frame count", n, exc)
-            return self._decode_split(codes, return_stages)
+            return engine.decode(codes, fused=fused, chunk=chunk, stages=stages, progress=progress)
 
-    def _decode_fused(self, codes: np.ndarray, stages: bool):
-        n = codes.shape[1]
-        out = self._run(("fused", n), FUSED_CTX, self.graphs.fused_decode(codes), self.graphs.codes_feed(codes), stages)
-        audio = out.pop("audio").reshape(-1)
-        return (audio, _stage_arrays(out)) if stages else audio
-
-    def _decode_split(self, codes: np.ndarray, stages: bool):
-        n = codes.shape[1]
-        first = self._run(("latent", n), QUANTIZER_CTX, self.graphs.latent_decode(codes), self.graphs.codes_feed(codes),
-                          stages)
-        latent = first.pop("latent")
-        second = self._run(("wave", n), ENCODER_CTX, self.graphs.wave_decode(latent.shape[1]), {"latent": latent},
-                           stages)
-        audio = second.pop("audio").reshape(-1)
-        if not stages:
-            return audio
-        return audio, _stage_arrays({**first, "dec.latent": latent, **second})
-
-    def _fused(self, path: str) -> bool:
-        """Whether decode path ``path`` ("auto", "split", "fused") runs the fused graph here."""
-        return path == "fused" or (path == "auto" and not self._live().backend.is_cpu)
-
-    def _chunk_frames(self) -> int | None:
-        chunk = self.decode_chunk_frames
-        if chunk is None:
-            return None
-        if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
-            raise ValueError(f"decode_chunk_frames must be None or an int >= 1, got {chunk!r}")
-        return int(chunk)
-
-    def _decode_chunked(self, codes: np.ndarray, chunk: int) -> np.ndarray:
-        """The split decode as an exact stream of ``chunk``-frame pieces (bounded memory)."""
-        from .streaming import StreamDecoder
-
-        sd = StreamDecoder(self, split=True)
-        pieces = []
-        for start in range(0, codes.shape[1], chunk):
-            pieces.append(sd.push(codes[:, start:start + chunk]))
-            self.last_compute_s += sd.last_compute_s
-        return np.concatenate(pieces)
+    def dump_decode(self, codes, path: str | os.PathLike, *, on_invalid_codes: str = "clamp",
+                    decode_path: str | None = None) -> np.ndarray:
+        """Decode ``codes`` with every stage kept, write them to one ``.npz`` dump at ``path``
+        (layout: :mod:`pyggml_codec.io.dumps`) and return the audio."""
+        audio, stages = self.decode_stages(codes, on_invalid_codes=on_invalid_codes, decode_path=decode_path)
+        out = dumps.decode_dump(stages, codes, audio, self.config)
+        options = {"on_invalid_codes": on_invalid_codes, "decode_path": decode_path}
+        dumps.save_dump(path, out, dumps.dump_meta("decode", out, self._run_facts({"decode_kwargs": options})))
+        return out["audio"]
 
     # ----------------------------------------------------------------- encode
 
     def encode(self, audio, sample_rate: int | None = None, *, pad_to: str = "code_frame", mix: str | None = None,
-               return_margins: bool = False, return_stages: bool = False, dump: str | os.PathLike | None = None):
+               progress: ProgressCallback | None = None) -> np.ndarray:
         """Mono audio -> int32 codes ``(n_codebooks, ceil(n / samples_per_frame))``.
 
         ``audio``: float32/float64 in [-1, 1] or int16 PCM (scaled by 1/32768), shape ``(n,)``
         or ``(1, n)``; ``(channels, n)`` needs ``mix="mean"``. ``sample_rate`` must equal the
-        model's (resample first; see :mod:`pyggml_codec.audio`).
+        model's (resample first; see :mod:`pyggml_codec.io.audio`).
 
         ``pad_to="code_frame"`` (default) pads with zeros to a multiple of the code frame
         (2048 samples), as upstream does, so the codes are upstream's; ``"frame_length"``
         pads to a multiple of the file's ``frame_length`` (512), as the C++ engine does. The
         two differ only in the last frame, when ceil(n / 512) is not a multiple of 4.
+        ``progress`` receives ("encode", stages done, 3, "stages"): encoder graph, quantizer graph, VQ.
 
-        ``return_margins=True`` returns ``(codes, margins)``: per frame and codebook the gap
-        between the best and second-best cosine score, to tell tie flips from bugs.
-        ``return_stages=True`` returns an :class:`EncodeResult` with the stage tensors.
-        ``dump=PATH`` also writes every stage to one ``.npz`` (see :mod:`pyggml_codec.diagnostics`).
+        The margins come from :meth:`encode_details`, the stage tensors from :meth:`encode_stages`.
         """
-        if dump is not None:
-            if return_stages or return_margins:
-                raise ValueError("dump= writes the stages; it does not combine with return_stages/return_margins")
-            from .io.dumps import dump_encode
+        return self._encode(audio, sample_rate, pad_to, mix, False, progress).codes
 
-            return dump_encode(self, audio, dump, sample_rate=sample_rate, pad_to=pad_to, mix=mix)
+    def encode_details(self, audio, sample_rate: int | None = None, *, pad_to: str = "code_frame",
+                       mix: str | None = None, progress: ProgressCallback | None = None) -> EncodeResult:
+        """:meth:`encode`, with the margins: per frame and codebook the gap between the best and
+        second-best cosine score, to tell tie flips from bugs (``EncodeResult.codes``, ``.margins``)."""
+        return self._encode(audio, sample_rate, pad_to, mix, False, progress)
+
+    def encode_stages(self, audio, sample_rate: int | None = None, *, pad_to: str = "code_frame",
+                      mix: str | None = None) -> EncodeResult:
+        """:meth:`encode_details` with every stage tensor kept (``EncodeResult.stages``)."""
+        return self._encode(audio, sample_rate, pad_to, mix, True, None)
+
+    def _encode(self, audio, sample_rate, pad_to: str, mix, stages: bool,
+                progress: ProgressCallback | None) -> EncodeResult:
         if pad_to not in PAD_POLICIES:
             raise ValueError(f"pad_to must be one of {PAD_POLICIES}, got {pad_to!r}")
-        with self._lock:
-            self.last_compute_s = 0.0
-            model = self._live()
-            if model.parts == "decode":
+        engine = self.engine
+        with engine.lock:
+            engine.last_compute_s = 0.0
+            if engine.check_open().parts == "decode":
                 raise InputError("this codec was loaded with parts='decode'; encode needs parts='encode' or 'all'")
             x = check_audio(audio, self.config, sample_rate, mix)
-            result = self._encode(x, pad_to, return_stages)
-        if return_stages:
-            return result
-        return (result.codes, result.margins) if return_margins else result.codes
+            return engine.encode(self._pad(x, pad_to), stages=stages, progress=progress)
 
     def _pad(self, x: np.ndarray, pad_to: str) -> np.ndarray:
         unit = self.config.samples_per_frame if pad_to == "code_frame" else self.config.frame_length
         padded = -(-x.shape[0] // unit) * unit
         return np.pad(x, (0, padded - x.shape[0]))
 
-    def _encode(self, x: np.ndarray, pad_to: str, stages: bool) -> EncodeResult:
-        cfg = self.config
-        wave = self._pad(x, pad_to)
-        n_latent = wave.shape[0] // cfg.hop_length
-        first = self._run(("enc", wave.shape[0]), ENCODER_CTX, self.graphs.latent_encode(wave),
-                          {"audio": wave[None, :]}, stages)
-        second = self._run(("enc2", n_latent), QUANTIZER_CTX, self.graphs.stage_encode(n_latent),
-                           {"latent": first["latent"]}, stages)
-        # download() drops trailing 1s of ne: one frame comes back as (dim,), not (1, dim)
-        z = second["pre_module"].reshape(-1, cfg.quantizer.input_dim)
-        codes, margins, residuals = vq.residual_quantize(self._model.vq_stages, z)
-        result = EncodeResult(codes=codes, margins=margins)
-        if stages:
-            result.stages = _stage_arrays({**first, **second})
-            for i, (r, c) in enumerate(zip(residuals, codes)):
-                result.stages[f"enc.vq{i}.residual"] = r
-                result.stages[f"enc.vq{i}.codes"] = c
-        return result
+    def dump_encode(self, audio, path: str | os.PathLike, sample_rate: int | None = None, *,
+                    pad_to: str = "code_frame", mix: str | None = None) -> np.ndarray:
+        """Encode ``audio`` with every stage kept, write them to one ``.npz`` dump at ``path`` and
+        return the codes; the dump's ``audio`` is the float32 mono signal encode saw, before padding."""
+        x = check_audio(audio, self.config, sample_rate, mix)
+        result = self.encode_stages(audio, sample_rate, pad_to=pad_to, mix=mix)
+        out = dumps.encode_dump(result.stages, x, result.codes, self.config, pad_to)
+        options = {"pad_to": pad_to, **({"sample_rate": sample_rate} if sample_rate is not None else {}),
+                   **({"mix": mix} if mix is not None else {})}
+        dumps.save_dump(path, out, dumps.dump_meta("encode", out, self._run_facts({"encode_kwargs": options})))
+        return out["codes"]
 
-    # ----------------------------------------------------------------- streaming (see streaming.py)
+    def _run_facts(self, extra: dict) -> dict:
+        source = self.engine.check_open().source
+        return {"backend": self.backend_name, "precision": self.precision,
+                "model_file": str(source) if source is not None else None, "sample_rate": self.sample_rate,
+                "samples_per_frame": self.config.samples_per_frame, "lowerings": dict(self.lowerings), **extra}
 
-    def stream_decoder(self, *, on_invalid_codes: str = "clamp") -> "StreamDecoder":
+    # ----------------------------------------------------------------- streams and batches
+
+    def stream_decoder(self, *, on_invalid_codes: str = "clamp") -> StreamDecoder:
         """An exact chunked decoder: ``with codec.stream_decoder() as sd: pcm = sd.push(codes)``."""
-        from .streaming import StreamDecoder
+        return StreamDecoder(self.engine, on_invalid_codes, fused=self.plan.fused(self.decode_path))
 
-        return StreamDecoder(self, on_invalid_codes)
-
-    def batch_stream_decoder(self, max_streams: int = 8, *, on_invalid_codes: str = "clamp") -> "BatchStreamDecoder":
+    def batch_stream_decoder(self, max_streams: int = 8, *, on_invalid_codes: str = "clamp") -> BatchStreamDecoder:
         """Exact decoders for up to ``max_streams`` streams, one graph per step for all of them:
         ``sid = bsd.join()``, ``bsd.push({sid: codes, ...})``, ``bsd.leave(sid)`` (see batching.py)."""
-        from .batching import BatchStreamDecoder
-
-        return BatchStreamDecoder(self, max_streams, on_invalid_codes=on_invalid_codes)
+        return BatchStreamDecoder(self.engine, max_streams, on_invalid_codes=on_invalid_codes,
+                                  fused=self.plan.fused(self.decode_path))
 
     def decode_batch(self, items, *, on_invalid_codes: str = "clamp", frames_per_step: int | None = None) -> list:
         """Decode code arrays ``(n_codebooks, T_i)`` together; one float32 audio each, equal to
         :meth:`decode` of each alone (see :func:`batching.decode_batch`)."""
-        from .batching import decode_batch
-
-        return decode_batch(self, items, on_invalid_codes=on_invalid_codes, frames_per_step=frames_per_step)
+        return decode_batch(self.engine, items, on_invalid_codes=on_invalid_codes, frames_per_step=frames_per_step,
+                            fused=self.plan.fused(self.decode_path))
 
     def stream_decode(self, chunks: Iterable, *, on_invalid_codes: str = "clamp") -> Iterator[np.ndarray]:
         """Yield the audio of each code chunk in turn, decoded exactly with carried state."""
-        from .streaming import stream_decode
-
-        return stream_decode(self, chunks, on_invalid_codes)
+        return stream_decode(self.stream_decoder(on_invalid_codes=on_invalid_codes), chunks)
 
     def decode_windowed(self, codes, stride: int | None = None, history: int | None = None,
                         holdback: int | None = None, low_latency: bool = False, *, live: bool = False,
                         return_schedule: bool = False, on_invalid_codes: str = "clamp"):
         """Decode with the C++ engine's re-decoded windows; see :func:`streaming.decode_windowed`."""
-        from .streaming import decode_windowed
-
         return decode_windowed(self, codes, stride, history, holdback, low_latency, live=live,
                                return_schedule=return_schedule, on_invalid_codes=on_invalid_codes)
 
     def encode_chunked(self, audio, sample_rate: int | None = None, *, chunk_seconds: float = 10.0,
-                       pad_to: str = "code_frame", mix: str | None = None, return_margins: bool = False,
-                       return_stages: bool = False):
-        """:meth:`encode` of any length in bounded memory; see :func:`streaming.encode_chunked`."""
-        from .streaming import encode_chunked
+                       pad_to: str = "code_frame", mix: str | None = None,
+                       progress: ProgressCallback | None = None) -> np.ndarray:
+        """:meth:`encode` of any length in bounded memory; see :func:`streaming.encode_chunked`.
+        ``progress`` receives ("encode", seconds of audio done, seconds in all, "s") per chunk."""
+        return self.encode_chunked_details(audio, sample_rate, chunk_seconds=chunk_seconds, pad_to=pad_to, mix=mix,
+                                           progress=progress).codes
 
-        return encode_chunked(self, audio, sample_rate, chunk_seconds=chunk_seconds, pad_to=pad_to, mix=mix,
-                              return_margins=return_margins, return_stages=return_stages)
-
-def _stage_arrays(out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {name: np.asarray(a) for name, a in out.items()}
-
+    def encode_chunked_details(self, audio, sample_rate: int | None = None, *, chunk_seconds: float = 10.0,
+                               pad_to: str = "code_frame", mix: str | None = None, stages: bool = False,
+                               progress: ProgressCallback | None = None) -> EncodeResult:
+        """:meth:`encode_chunked` with the margins, and with ``stages=True`` the concatenated
+        "latent" (latent_dim, T_latent) and "pre_module" (T, dim)."""
+        if self.parts == "decode":
+            raise InputError("this codec was loaded with parts='decode'; encode needs parts='encode' or 'all'")
+        return encode_chunked(self.engine, audio, sample_rate, chunk_seconds=chunk_seconds, pad_to=pad_to, mix=mix,
+                              stages=stages, progress=progress)

@@ -16,9 +16,7 @@ import numpy as np
 from .errors import InputError
 from .model.config import CodecConfig
 
-PRECISIONS = ("f32", "s2cpp")
 PAD_POLICIES = ("code_frame", "frame_length")
-DECODE_PATHS = ("auto", "split", "fused")
 
 # Refuse work whose activations would not fit in memory. The largest one-shot buffers
 # grow linearly with length (decoder im2col columns) and quadratically in the encoder
@@ -29,7 +27,7 @@ MAX_ENCODE_SECONDS = 120.0
 
 @dataclass
 class EncodeResult:
-    """What ``encode(..., return_details=True)`` gives besides the codes."""
+    """What :meth:`Codec.encode_details` (codes, margins) and :meth:`Codec.encode_stages` (and stages) give."""
 
     codes: np.ndarray  # (n_codebooks, T) int32
     margins: np.ndarray  # (n_codebooks, T) float32: best minus second-best cosine
@@ -96,7 +94,7 @@ def _check_rate(sample_rate, cfg: CodecConfig) -> None:
     if rate != cfg.sample_rate:
         raise InputError(
             f"sample rate {sample_rate} Hz differs from the model's {cfg.sample_rate} Hz; "
-            "resample first (pyggml_codec.audio.resample)"
+            "resample first (pyggml_codec.io.audio.resample)"
         )
 
 

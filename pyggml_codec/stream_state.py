@@ -1,21 +1,25 @@
-"""The carried state of streams, and the one driver of the streamed graphs.
+"""Stream state on the host: what each stream carries between chunks, and the one driver of the
+streamed graphs.
 
-A streamed graph (``graphs/build.py`` with an ``ops.Carry``) reads each causal op's state from
-inputs and writes the next state as outputs; :class:`StreamStates` keeps that state per stream
+A streamed graph (``graphs/build.py`` with an ``ops.Carry``, ``graphs/carry.py``) reads each
+causal op's carry from inputs and writes the next one as outputs; :class:`StreamStates` keeps it per stream
 (:class:`StreamSlot`), stacks it for a group of streams pushing the same number of frames (one
 batched graph), and commits the new state only once every graph of a step has run. In the
 "arena" lowering (the CPU) the attention layers' keys and values are not state inputs: they
 are rows of host arrays (:class:`KVRows`) that the graph writes and gathers in place, so a
 chunk moves only its own new rows. :class:`~pyggml_codec.streaming.StreamDecoder`,
 :func:`~pyggml_codec.streaming.encode_chunked` and
-:class:`~pyggml_codec.batching.BatchStreamDecoder` all drive their graphs through it.
+:class:`~pyggml_codec.batching.BatchStreamDecoder` each own one, made by ``Engine.new_streams``
+and driven through ``Engine.decode_step`` / ``Engine.encode_step``.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
-from .backend.graph import BOUND_ALIGN, BOUND_ROWS
+from .backend.ggml_graph import BOUND_ALIGN, BOUND_ROWS, Graph
 from .errors import InputError
 from .graphs import ops
 from .graphs.build import Build
@@ -124,8 +128,9 @@ class StreamStates:
     ``ops.Carry.batch``) and lending the key/value rows; the new states stay pending until
     :meth:`commit`, so that a failure anywhere in a step's graphs leaves every stream as it was."""
 
-    def __init__(self, codec, capacity: int):
-        self.codec, self.capacity = codec, capacity
+    def __init__(self, graph: Callable[..., Graph], capacity: int):
+        """``graph``: the engine's get-or-build (``Engine.graph``); ``capacity``: the most streams."""
+        self._graph, self.capacity = graph, capacity
         self._free = list(range(capacity))
         self._kv: dict[tuple[str, str], KVRows] = {}
         # the last batched output of each state, by (kind, name): (slot indices, array, each slot's view of
@@ -148,7 +153,7 @@ class StreamStates:
         """One graph of kind ``kind`` for ``slots`` (n frames each): its outputs but the states,
         and per slot a list of pending updates for :meth:`commit` (add up a step's lists)."""
         b = len(slots)
-        graph = self.codec._graph((kind, n, b) if b > 1 else (kind, n), ctx_bytes, build, streamed=True, batch=b)
+        graph = self._graph((kind, n, b) if b > 1 else (kind, n), ctx_bytes, build, streamed=True, batch=b)
         carry = graph.builder.stream
         shapes = {name: a.shape for name, (_, a) in zip(graph.input_names, graph.builder.inputs)}
         inputs = dict(feed)

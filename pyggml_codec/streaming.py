@@ -7,7 +7,8 @@ its left context, each conv-transpose its overlap tail and each attention layer 
 ``window - 1`` keys and values from state inputs (on the CPU: from rows of a host arena the
 graph reads and writes in place), and emits the next state as outputs. The state is
 fixed-size from the first chunk (zeros = causal padding, masked key slots), so one graph per
-chunk length serves a whole stream; ``stream_state.StreamStates`` keeps it and drives the graphs.
+chunk length serves a whole stream; ``stream_state.StreamStates`` keeps it and drives the graphs,
+the engine (``engine.py``) makes it and runs the steps, and the decoders here own it.
 
 :func:`decode_windowed` instead reproduces the C++ engine's schedule: re-decode a window
 of ``history`` frames of context plus the new frames and keep only the new part
@@ -20,11 +21,11 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from .engine import Engine
 from .errors import InputError
-from .graphs.build import ENCODER_CTX, FUSED_CTX, QUANTIZER_CTX
 from .inputs import PAD_POLICIES, EncodeResult, check_audio, check_codes
-from .model import vq
-from .stream_state import StreamStates
+from .progress import ProgressCallback, report
+from .stream_state import StreamSlot
 
 Schedule = list[tuple[int, int, int, int]]  # (window start, window end, emit start, emit end), frames
 
@@ -38,35 +39,37 @@ class StreamDecoder:
     Concatenated pushes equal a one-shot :meth:`Codec.decode` of everything pushed (to
     float rounding: 1e-6 max abs in "f32" mode, tests/test_streaming.py). Use as a context
     manager or call :meth:`flush` at the end; both reset the stream. Graphs are cached per
-    chunk length.
+    chunk length. Made by :meth:`Codec.stream_decoder`; it owns its stream's state
+    (``Engine.new_streams``) and runs each push through ``Engine.decode_step``.
     """
 
-    def __init__(self, codec, on_invalid_codes: str = "clamp", *, split: bool = False):
-        if codec.parts == "encode":
+    def __init__(self, engine: Engine, on_invalid_codes: str = "clamp", *, fused: bool = False):
+        if engine.check_open().parts == "encode":
             raise InputError("this codec was loaded with parts='encode'; decode needs parts='decode' or 'all'")
-        self._codec = codec
+        self._engine = engine
         self.on_invalid_codes = on_invalid_codes
-        self.fused = not split and codec._fused(codec.decode_path)
+        self.fused = fused
         self.last_compute_s = 0.0  # seconds inside ggml compute during the last push
-        self._states = StreamStates(codec, 1)
+        self._states = engine.new_streams(1)
+        self._slot: StreamSlot | None = None
         self.reset()
 
     def reset(self) -> None:
         """Forget all carried state: the next push starts a new stream."""
-        if getattr(self, "_slot", None) is not None:
+        if self._slot is not None:
             self._states.free_slot(self._slot)
         self._slot = self._states.new_slot()
         self.frames_pushed = 0
 
     def push(self, codes) -> np.ndarray:
         """Codes ``(n_codebooks, n)``, any n >= 1 -> float32 audio of ``n * samples_per_frame``."""
-        codec, states, slots = self._codec, self._states, [self._slot]
-        with codec._lock:
-            codec._live()
-            codes = check_codes(codes, codec.config, self.on_invalid_codes)
+        engine, slot = self._engine, self._slot
+        with engine.lock:
+            engine.check_open()
+            codes = check_codes(codes, engine.config, self.on_invalid_codes)
             n = codes.shape[1]
-            audio, pending, self.last_compute_s = decode_step(codec, states, slots, codes, self.fused)
-            states.commit(self._slot, pending[0], n)
+            audio, pending, self.last_compute_s = engine.decode_step(self._states, [slot], codes, self.fused)
+            self._states.commit(slot, pending[0], n)
             self.frames_pushed += n
         return audio.reshape(-1)
 
@@ -82,27 +85,9 @@ class StreamDecoder:
         self.reset()
 
 
-def decode_step(codec, states: StreamStates, slots: list, codes: np.ndarray, fused: bool) -> tuple:
-    """One decode step of ``slots``, each pushing ``n`` frames: ``codes`` (n_codebooks, n * streams),
-    the streams' codes side by side. Returns the audio (streams * n * samples_per_frame), each
-    slot's pending updates (``StreamStates.commit``) and the seconds inside ggml compute."""
-    n = codes.shape[1] // len(slots)
-    graphs, feed = codec.graphs, codec.graphs.codes_feed(codes)
-    if fused:
-        out, pending = states.run("stream-fused", FUSED_CTX, n, slots, graphs.fused_decode(codes), feed)
-        return out["audio"], pending, states.last_graph.last_compute_s
-    out, pending = states.run("stream-latent", QUANTIZER_CTX, n, slots, graphs.latent_decode(codes), feed)
-    compute_s = states.last_graph.last_compute_s
-    latent = out["latent"]
-    out, more = states.run("stream-wave", ENCODER_CTX, n, slots, graphs.wave_decode(latent.shape[1]),
-                           {"latent": latent})
-    compute_s += states.last_graph.last_compute_s
-    return out["audio"], [a + b for a, b in zip(pending, more)], compute_s
-
-
-def stream_decode(codec, chunks: Iterable, on_invalid_codes: str = "clamp") -> Iterator[np.ndarray]:
-    """Yield the audio of each code chunk in turn (see :class:`StreamDecoder`)."""
-    with StreamDecoder(codec, on_invalid_codes) as sd:
+def stream_decode(decoder: StreamDecoder, chunks: Iterable) -> Iterator[np.ndarray]:
+    """Yield the audio of each code chunk in turn through ``decoder`` (reset at the end)."""
+    with decoder as sd:
         for chunk in chunks:
             yield sd.push(chunk)
         tail = sd.flush()
@@ -184,22 +169,21 @@ def decode_windowed(codec, codes, stride: int | None = None, history: int | None
 # --------------------------------------------------------------------------- chunked encode
 
 
-def encode_chunked(codec, audio, sample_rate: int | None = None, *, chunk_seconds: float = 10.0,
-                   pad_to: str = "code_frame", mix: str | None = None, return_margins: bool = False,
-                   return_stages: bool = False):
+def encode_chunked(engine: Engine, audio, sample_rate: int | None = None, *, chunk_seconds: float = 10.0,
+                   pad_to: str = "code_frame", mix: str | None = None, stages: bool = False,
+                   progress: ProgressCallback | None = None) -> EncodeResult:
     """:meth:`Codec.encode` in chunks of about ``chunk_seconds`` with carried state.
 
     Memory stays flat with length (graphs are sized by the chunk, state by the windows);
     there is no length limit. Chunks are whole code frames, so every stride stays
     aligned; the last chunk is padded as ``pad_to`` says, so the codes are the one-shot
-    encode's (up to near-ties). ``return_stages=True`` gives an :class:`EncodeResult` with
-    the concatenated "latent" (latent_dim, T_latent) and "pre_module" (T, dim).
+    encode's (up to near-ties). Gives the codes and margins; with ``stages=True`` also the
+    concatenated "latent" (latent_dim, T_latent) and "pre_module" (T, dim). ``progress``
+    receives ("encode", seconds done, seconds in all, "s") after each chunk.
     """
     if pad_to not in PAD_POLICIES:
         raise ValueError(f"pad_to must be one of {PAD_POLICIES}, got {pad_to!r}")
-    if codec.parts == "decode":
-        raise InputError("this codec was loaded with parts='decode'; encode needs parts='encode' or 'all'")
-    cfg = codec.config
+    cfg = engine.config
     arr = np.asarray(audio)
     if arr.ndim not in (1, 2) or arr.shape[-1] == 0:
         check_audio(arr, cfg, sample_rate, mix)  # raises the one-shot error
@@ -207,30 +191,26 @@ def encode_chunked(codec, audio, sample_rate: int | None = None, *, chunk_second
     chunk = max(1, round(chunk_seconds * cfg.sample_rate / spf)) * spf
     unit = spf if pad_to == "code_frame" else cfg.frame_length
     total = -(-arr.shape[-1] // unit) * unit
-    states = StreamStates(codec, 1)
+    states = engine.new_streams(1)
     slot = states.new_slot()
     parts: dict[str, list] = {"codes": [], "margins": [], "latent": [], "pre_module": []}
     for start in range(0, total, chunk):
         stop = min(start + chunk, total)
         x = check_audio(arr[..., start:stop], cfg, sample_rate, mix, max_seconds=None)
         x = np.pad(x, (0, stop - start - x.shape[0]))
-        with codec._lock:
-            codec._live()
-            out, pending = states.run("stream-enc", ENCODER_CTX, x.shape[0], [slot], codec.graphs.latent_encode(x),
-                                      {"audio": x[None, :]})
-            latent = out["latent"].reshape(cfg.encoder.latent_dim, -1)
-            z, more = states.run("stream-enc2", QUANTIZER_CTX, latent.shape[1], [slot],
-                                 codec.graphs.stage_encode(latent.shape[1]), {"latent": latent})
-            states.commit(slot, pending[0] + more[0], 0)
-        z = z["pre_module"].reshape(-1, cfg.quantizer.input_dim)
-        codes, margins, _ = vq.residual_quantize(codec._model.vq_stages, z)
+        with engine.lock:
+            engine.check_open()
+            latent, z = engine.encode_step(states, slot, x)
+        codes, margins, _ = engine.quantize(z)
         parts["codes"].append(codes)
         parts["margins"].append(margins)
-        if return_stages:
+        if stages:
             parts["latent"].append(latent)
             parts["pre_module"].append(z)
-    codes, margins = np.concatenate(parts["codes"], axis=1), np.concatenate(parts["margins"], axis=1)
-    if return_stages:
-        stages = {"latent": np.concatenate(parts["latent"], axis=1), "pre_module": np.concatenate(parts["pre_module"])}
-        return EncodeResult(codes=codes, margins=margins, stages=stages)
-    return (codes, margins) if return_margins else codes
+        report(progress, "encode", min(stop, arr.shape[-1]) / cfg.sample_rate, arr.shape[-1] / cfg.sample_rate, "s")
+    result = EncodeResult(codes=np.concatenate(parts["codes"], axis=1),
+                          margins=np.concatenate(parts["margins"], axis=1))
+    if stages:
+        result.stages = {"latent": np.concatenate(parts["latent"], axis=1),
+                         "pre_module": np.concatenate(parts["pre_module"])}
+    return result

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pyggml_codec.backend import runtime
-from pyggml_codec.backend.graph import Graph
+from pyggml_codec.backend.ggml_graph import Graph
 from pyggml_codec.graphs import ops
 
 

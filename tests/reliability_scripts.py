@@ -145,7 +145,7 @@ import _thread, functools, os, signal, sys, numpy as np, pyggml_codec
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from pyggml_codec.graphs import ops
 from pyggml_codec.model import vq
-from pyggml_codec.backend import graph as runtime  # Graph lives in backend.graph
+from pyggml_codec.backend import ggml_graph as runtime  # Graph lives in backend.ggml_graph
 x = (0.1 * np.random.default_rng(0).standard_normal(3 * 44100)).astype(np.float32)
 codec = pyggml_codec.load(sys.argv[1], "cpu", n_threads=2)
 ref = codec.encode(x)

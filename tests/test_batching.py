@@ -8,7 +8,7 @@ import pytest
 
 import pyggml_codec
 from parity import max_abs, random_codes, report
-from pyggml_codec.backend.graph import Graph
+from pyggml_codec.backend.ggml_graph import Graph
 
 # f32: the same sums as one stream's graph except where Winograd tiles and the BLAS/ggml choice
 # of a product fall differently with the packed length; measured 3-4e-7 (tiny), like one stream's.

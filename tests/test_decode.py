@@ -65,9 +65,9 @@ def test_graph_reused_for_repeated_frame_count(codec):
     codec.clear_cache()
     codes = random_codes(_sizes(codec), 12, seed=4)
     codec.decode(codes)
-    graphs = dict(codec._cache.graphs)
+    graphs = dict(codec.engine.cached_graphs())
     again = codec.decode(random_codes(_sizes(codec), 12, seed=5))
-    assert dict(codec._cache.graphs) == graphs
+    assert dict(codec.engine.cached_graphs()) == graphs
     assert again.shape == (12 * 2048,)
 
 
@@ -81,7 +81,7 @@ def test_fused_failure_is_remembered(tiny_model, monkeypatch):
             calls.append(codes_.shape[1])
             raise pyggml_codec.GraphError("injected failure")
 
-        monkeypatch.setattr(codec, "_decode_fused", failing)
+        monkeypatch.setattr(codec.engine, "_decode_fused", failing)
         first = codec.decode(codes)
         codec.clear_cache()  # the memory of the failure survives clearing the cache
         second = codec.decode(codes)
@@ -156,9 +156,9 @@ def test_decode_only_load(tiny_model):
             pyggml_codec.load(tiny_model.f32_path, backend="cpu", parts="decode") as dec:
         print(f"loaded bytes: all {full.loaded_bytes}, decode {dec.loaded_bytes}")
         assert dec.loaded_bytes < full.loaded_bytes
-        assert "encoder.block.0.conv.weight" not in dec._model.weights
-        assert "quantizer.pre_module.norm.weight" not in dec._model.weights
-        assert "decoder.model.0.conv.weight" in dec._model.weights
+        assert "encoder.block.0.conv.weight" not in dec.engine.model.weights
+        assert "quantizer.pre_module.norm.weight" not in dec.engine.model.weights
+        assert "decoder.model.0.conv.weight" in dec.engine.model.weights
         codes = random_codes(_sizes(dec), 6, seed=12)
         np.testing.assert_array_equal(dec.decode(codes), full.decode(codes))
         with pytest.raises(InputError, match="parts='decode'"):

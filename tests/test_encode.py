@@ -33,7 +33,7 @@ def f32_codec(tiny_model):
 
 def _check(label, codec, model, x, pad_to, tol):
     multiple = 2048 if pad_to == "code_frame" else 512
-    result = codec.encode(x, pad_to=pad_to, return_stages=True)
+    result = codec.encode_stages(x, pad_to=pad_to)
     lat = oracle.latent(model, x, multiple)
     pre = oracle.pre_module_output(model, x, multiple)
     margins, want = oracle.margins_and_codes(model, x, multiple)
@@ -99,7 +99,7 @@ def test_causality_prefix_codes(f32_codec):
 
 def test_margins_returned(f32_codec):
     x = signal(8192, seed=9)
-    codes, margins = f32_codec.encode(x, return_margins=True)
+    codes, margins = (r := f32_codec.encode_details(x)).codes, r.margins
     assert margins.shape == codes.shape and np.all(margins >= 0)
 
 

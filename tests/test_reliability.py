@@ -291,7 +291,7 @@ def test_one_shot_decode_limit_applies_only_without_chunking(codec):
     too_long = np.zeros((10, MAX_DECODE_FRAMES + 1), np.int32)
     match = f"exceed the one-shot decode limit of {MAX_DECODE_FRAMES}"
     with pytest.raises(InputError, match=match):
-        codec.decode(too_long, return_stages=True)  # stages need the one-shot graph
+        codec.decode_stages(too_long)  # stages need the one-shot graph
     saved = codec.decode_chunk_frames
     try:
         codec.decode_chunk_frames = None

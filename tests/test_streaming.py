@@ -9,7 +9,7 @@ import pyggml_codec
 from parity import max_abs, random_codes, rel_rms, report, signal
 from pyggml_codec import stream_state
 from pyggml_codec.backend import arena_attention, kernels
-from pyggml_codec.codec import DECODE_CHUNK_FRAMES
+from pyggml_codec.plan import DECODE_CHUNK_FRAMES
 from pyggml_codec.stream_state import append_state
 from pyggml_codec.streaming import windowed_schedule
 
@@ -319,8 +319,8 @@ def test_encode_chunked_equals_one_shot(codec, pad_to, seconds, chunk_seconds):
     # odd lengths leave a short last chunk, padded per policy (frame_length: 2 s + 77
     # samples = 173 latent frames, not a multiple of 4, so the downsample pads it).
     audio = signal(int(seconds * 44100) + 77, seed=4)
-    want = codec.encode(audio, pad_to=pad_to, return_stages=True)
-    got = codec.encode_chunked(audio, chunk_seconds=chunk_seconds, pad_to=pad_to, return_stages=True)
+    want = codec.encode_stages(audio, pad_to=pad_to)
+    got = codec.encode_chunked_details(audio, chunk_seconds=chunk_seconds, pad_to=pad_to, stages=True)
     lat_want = want.stages["latent"].reshape(got.stages["latent"].shape)
     lat, pre = rel_rms(got.stages["latent"], lat_want), rel_rms(got.stages["pre_module"], want.stages["pre_module"])
     flips = got.codes != want.codes
@@ -332,11 +332,11 @@ def test_encode_chunked_equals_one_shot(codec, pad_to, seconds, chunk_seconds):
 
 def test_encode_chunked_short_input_and_bounded_graphs(codec):
     audio = signal(3000, seed=9)
-    codes, margins = codec.encode_chunked(audio, chunk_seconds=1.0, return_margins=True)
+    codes, margins = (r := codec.encode_chunked_details(audio, chunk_seconds=1.0)).codes, r.margins
     assert np.array_equal(codes, codec.encode(audio)) and margins.shape == codes.shape
     codec.clear_cache()
     codec.encode_chunked(signal(2 * 44100, seed=1), chunk_seconds=0.25)
-    keys = [k for k in codec._cache.graphs if k[0].startswith("stream-enc")]
+    keys = [k for k in codec.engine.cached_graphs() if k[0].startswith("stream-enc")]
     chunk = 5 * 2048  # round(0.25 s / 2048 samples) frames
     assert keys and all(k[1] <= chunk for k in keys), f"graphs are sized by the chunk, not the input: {keys}"
     with pytest.raises(pyggml_codec.InputError):

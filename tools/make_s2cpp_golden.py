@@ -2,7 +2,7 @@
 
     python tools/make_s2cpp_golden.py --s2cpp S2CPP_TREE [--cmake-arg=-DGGML_NATIVE=OFF ...]
 
-Builds the harness (pyggml_codec/tools/s2cpp_harness) against the s2.cpp tree, runs it on the
+Builds the harness (pyggml_codec/diagnostics/s2cpp_harness) against the s2.cpp tree, runs it on the
 committed tiny model (tests/golden/s2cpp/tiny_f16_s0.gguf, made by the test fixtures:
 oracle.TINY, seed 0, F16) at 1 and 2 threads, checks that both agree, and writes
 tests/golden/s2cpp/<isa>/{decode,encode}.npz, the ISA key being that of the harness's ggml build
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyggml_codec.tools import s2cpp
+from pyggml_codec.diagnostics import s2cpp
 
 GOLDEN = Path(__file__).resolve().parents[1] / "tests" / "golden" / "s2cpp"
 MODEL = GOLDEN / "tiny_f16_s0.gguf"

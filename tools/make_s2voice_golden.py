@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from pyggml_codec.io.codefiles import S2VoiceFile
-from pyggml_codec.tools import s2cpp
+from pyggml_codec.diagnostics import s2cpp
 
 GOLDEN = Path(__file__).resolve().parents[1] / "tests" / "golden" / "s2voice"
 TOOL_SOURCE = s2cpp.HARNESS_SOURCE / "s2voice_tool.cpp"

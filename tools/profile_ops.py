@@ -4,7 +4,7 @@
         [--precision f32|s2cpp] [--threads 2] [--backend cpu] [--top 15]
 
 Runs the call once (building and caching its graphs), then recomputes every cached graph
-one node at a time (``backend.graph.Graph.profile``) and sums the time per op and input shape.
+one node at a time (``backend.ggml_graph.Graph.profile``) and sums the time per op and input shape.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
         total = 0.0
         flops = 0.0
         matmul_s = 0.0
-        for key, graph in c._cache.graphs.items():
+        for key, graph in c.engine.cached_graphs().items():
             for i, (op, ne, seconds) in enumerate(graph.profile()):
                 if op == "MUL_MAT":
                     node = binding.lib.ggml_graph_node(graph.gf, i)

@@ -4,7 +4,7 @@ Test tooling: needs torch and the upstream wheels (env ``PYGGML_ORACLE_WHEELS``,
 ``tests/oracle_shim.py``). A GGUF alone is not enough, since the reference needs the torch
 model, so the model is rebuilt from a preset and a seed exactly as ``tests/oracle.build_model``
 builds it (the test suite's ``tiny_model`` is ``--preset tiny --seed 0``); ``--write-gguf``
-also writes its conversion, for ``pyggml_codec.diagnostics.dump_*`` to run on.
+also writes its conversion, for ``Codec.dump_decode`` / ``dump_encode`` to run on.
 
     python tools/reference_dump.py --preset tiny --seed 0 --random-seconds 1 -o ref_dec.npz \\
         --write-gguf tiny.gguf

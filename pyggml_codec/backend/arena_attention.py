@@ -10,7 +10,7 @@ import numpy as np
 
 from . import binding
 from .binding import lib
-from .kernels import _OPS, AVAILABLE, N_TASKS_MAX  # the kernels' table: one build, one check
+from .kernels import OPS, AVAILABLE, N_TASKS_MAX  # the kernels' table: one build, one check
 
 WINDOW_ATTENTION = AVAILABLE  # in every build of the kernels (AVX2 code where the compiler has it)
 
@@ -43,5 +43,5 @@ def window_attention(ctx, q, keys, values, first, mask, scale: float, keep: list
     keep.append(params)
     srcs = [q, keys, values, first, mask]
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
-    return lib.ggml_custom_4d(ctx, 0, hd * nh, tq, 1, 1, args, len(srcs), _OPS["window_attention"], N_TASKS_MAX,
+    return lib.ggml_custom_4d(ctx, 0, hd * nh, tq, 1, 1, args, len(srcs), OPS["window_attention"], N_TASKS_MAX,
                               params.ctypes.data_as(ctypes.c_void_p))

@@ -14,7 +14,7 @@ the compiled module is missing or does not match, graphs use plain ggml ops and
   ``mul_mat`` ran the codec's conv GEMMs at 80-100 GFLOP/s on the 2-core AVX2 machine, the
   OpenBLAS that numpy ships at 130-175 (side by side). Each ggml thread runs a
   single-threaded sgemm on its share of the product, so ggml's threads stay in charge.
-* The residual units' dilated convs by Winograd F(4,7): their wrapper is wino_conv.py.
+* The residual units' dilated convs by Winograd F(4,7): their wrapper is winograd_conv.py.
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def _load(module: str, ops: tuple[str, ...]):
     return table, None
 
 
-_OPS, UNAVAILABLE_REASON = _load("_kernels", tuple(SYMBOLS))
-AVAILABLE = _OPS is not None
+OPS, UNAVAILABLE_REASON = _load("_kernels", tuple(SYMBOLS))
+AVAILABLE = OPS is not None
 if not AVAILABLE:
     log.info("custom CPU kernels unavailable: %s; using plain ggml ops", UNAVAILABLE_REASON)
 _EXACT, EXACT_UNAVAILABLE_REASON = _load("_kernels_exact", EXACT_OPS) if AVAILABLE else (None, UNAVAILABLE_REASON)
@@ -88,7 +88,7 @@ if AVAILABLE and not EXACT_AVAILABLE:
 
 
 def _table(exact: bool) -> dict:
-    return _EXACT if exact else _OPS
+    return _EXACT if exact else OPS
 
 
 def kernel_name(node) -> str | None:
@@ -99,7 +99,7 @@ def kernel_name(node) -> str | None:
     params = ctypes.addressof(node.contents) + lib.ggml_tensor.op_params.offset
     address = ctypes.c_void_p.from_address(params).value
     exact = _EXACT["by_address"].get(address) if EXACT_AVAILABLE else None
-    return f"{exact} (exact)" if exact else _OPS["by_address"].get(address)
+    return f"{exact} (exact)" if exact else OPS["by_address"].get(address)
 
 
 def snake(ctx, x, alpha, exact: bool = False):
@@ -137,7 +137,7 @@ def col2im(ctx, cols, k: int, stride: int, keep: list, prev=None):
     n_out = (int(cols.contents.ne[1]) - 1) * stride + k
     srcs = [cols] if prev is None else [cols, prev]
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
-    return lib.ggml_custom_4d(ctx, 0, n_out, cout, 1, 1, args, len(srcs), _OPS["col2im"], N_TASKS_MAX,
+    return lib.ggml_custom_4d(ctx, 0, n_out, cout, 1, 1, args, len(srcs), OPS["col2im"], N_TASKS_MAX,
                               params.ctypes.data_as(ctypes.c_void_p))
 
 
@@ -164,7 +164,7 @@ def im2col(ctx, x, k: int, stride: int, dilation: int, pad: int, n_out: int, dst
     srcs = [x] if prev is None else [x, prev]
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
     ic = int(x.contents.ne[1])
-    return lib.ggml_custom_4d(ctx, dst_type, ic * k, n_out, 1, 1, args, len(srcs), _OPS["im2col"], N_TASKS_MAX,
+    return lib.ggml_custom_4d(ctx, dst_type, ic * k, n_out, 1, 1, args, len(srcs), OPS["im2col"], N_TASKS_MAX,
                               params.ctypes.data_as(ctypes.c_void_p))
 
 
@@ -199,7 +199,7 @@ def mul_mat_blas(ctx, a, b):
     """``ggml_mul_mat(a, b)`` (F32) computed by the BLAS: ne ``[a.ne1, b.ne1, b.ne2, b.ne3]``."""
     args = (ctypes.POINTER(lib.ggml_tensor) * 2)(a, b)
     ne = (int(a.contents.ne[1]), int(b.contents.ne[1]), int(b.contents.ne[2]), int(b.contents.ne[3]))
-    return lib.ggml_custom_4d(ctx, 0, *ne, args, 2, _OPS["mul_mat_blas"], N_TASKS_MAX,
+    return lib.ggml_custom_4d(ctx, 0, *ne, args, 2, OPS["mul_mat_blas"], N_TASKS_MAX,
                               BLAS.params.ctypes.data_as(ctypes.c_void_p))
 
 
@@ -222,7 +222,7 @@ def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None):
     keep.append(params)
     srcs = [w, x] if prev is None else [w, x, prev]
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
-    return lib.ggml_custom_4d(ctx, 0, int(x.contents.ne[0]), cout, 1, 1, args, len(srcs), _OPS["conv_taps"],
+    return lib.ggml_custom_4d(ctx, 0, int(x.contents.ne[0]), cout, 1, 1, args, len(srcs), OPS["conv_taps"],
                               N_TASKS_MAX, params.ctypes.data_as(ctypes.c_void_p))
 
 
@@ -255,7 +255,7 @@ ROWDOT_MAX_N_F16 = 48
 ROWDOT_MAX_N_F16_16 = 1 << 40
 ROWDOT_MAX_N_F32_16 = 1 << 40
 ROWDOT_PANEL_BYTES = 1 << 20  # the columns whose rows stay in L2 while the weights pass
-ROWDOT = bool(AVAILABLE and _OPS["rowdot"] and _OPS["f16c"] and BLAS is not None)
+ROWDOT = bool(AVAILABLE and OPS["rowdot"] and OPS["f16c"] and BLAS is not None)
 
 
 def mul_mat_rowdot_supported(a, b) -> bool:
@@ -275,7 +275,7 @@ def mul_mat_rowdot_supported(a, b) -> bool:
 
 def rowdot_max_columns(a_type: int) -> int:
     """The most columns a product against a matrix of ``a_type`` (F32 0, F16 1) takes by rows."""
-    if _OPS["rowdot"] >= 16:
+    if OPS["rowdot"] >= 16:
         return ROWDOT_MAX_N_F16_16 if a_type == 1 else ROWDOT_MAX_N_F32_16
     return ROWDOT_MAX_N_F16 if a_type == 1 else ROWDOT_MAX_N
 
@@ -289,5 +289,5 @@ def mul_mat_rowdot(ctx, a, b, keep: list):
     keep.append(params)
     args = (ctypes.POINTER(lib.ggml_tensor) * 2)(a, b)
     ne = (int(a.contents.ne[1]), int(b.contents.ne[1]), int(b.contents.ne[2]), int(b.contents.ne[3]))
-    return lib.ggml_custom_4d(ctx, 0, *ne, args, 2, _OPS["mul_mat_rowdot"], N_TASKS_MAX,
+    return lib.ggml_custom_4d(ctx, 0, *ne, args, 2, OPS["mul_mat_rowdot"], N_TASKS_MAX,
                               params.ctypes.data_as(ctypes.c_void_p))

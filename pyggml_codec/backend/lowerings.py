@@ -1,14 +1,14 @@
 """Lowering choices: which graph formulation of an op with alternatives a backend gets.
 
 Probed per backend (``ggml_backend_supports_op`` on tiny tensors), then overridden by
-``load(..., lowerings={...})``; ``Codec.plan`` shows the result.
+``load(..., lowerings={...})``; ``plan.decide_plan`` makes them part of the plan (``Codec.plan``).
 """
 
 from __future__ import annotations
 
 import warnings
 
-from . import binding, buildinfo, graph, kernels
+from . import binding, buildinfo, ggml_graph, kernels
 from .binding import lib
 from .runtime import Backend
 from ..errors import BackendError, PerformanceWarning
@@ -29,7 +29,7 @@ LOWERING_CHOICES = {
 
 def probe_ops(backend: Backend) -> dict[str, bool]:
     """Which of the ops with alternative lowerings ``backend`` supports (tiny metadata graph)."""
-    ctx = graph.new_context(32 * lib.ggml_tensor_overhead())
+    ctx = ggml_graph.new_context(32 * lib.ggml_tensor_overhead())
     try:
         sq = binding.new_tensor(ctx, binding.TYPE_F32, (4, 4))
         cols = binding.new_tensor(ctx, binding.TYPE_F32, (8, 4))
@@ -51,15 +51,15 @@ def probe_ops(backend: Backend) -> dict[str, bool]:
 S2CPP_LOWERINGS = {"matmul": "ggml", "conv": "im2col", "attention": "full", "matrices": "stored"}
 
 
-def choose_lowerings(backend: Backend, overrides: dict | None = None, precision: str = "f32") -> dict:
+def choose_lowerings(backend: Backend, overrides: dict | None = None, exact: bool = False) -> dict:
     """The graph-level lowering of each op with alternatives, for this backend and precision.
 
-    Metal in ggml 0.15.3 has no DIAG_MASK_INF, no left padding and no COL2IM_1D; the C++
-    engine gives Metal explicit masks. ``overrides`` forces a choice (tests run every
-    lowering on the CPU backend against the reference). The "s2cpp" precision takes
-    :data:`S2CPP_LOWERINGS` and refuses overrides against them.
+    What a backend supports is probed; what it needs besides is its row of ``quirks.QUIRKS``
+    (Metal: explicit masks, as the C++ engine gives it). ``overrides`` forces a choice (tests run every
+    lowering on the CPU backend against the reference). ``exact`` (the "s2cpp" precision) takes
+    :data:`S2CPP_LOWERINGS` and refuses overrides against them. ``plan.decide_plan`` calls it.
     """
-    if precision == "s2cpp":
+    if exact:
         clash = {k: v for k, v in (overrides or {}).items() if k in S2CPP_LOWERINGS and v != S2CPP_LOWERINGS[k]}
         if clash:
             raise ValueError(f"precision='s2cpp' reproduces the C++ engine's sums and runs {S2CPP_LOWERINGS}; "
@@ -68,7 +68,7 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None, precision:
     support = probe_ops(backend)
     blas = backend.is_cpu and kernels.BLAS is not None
     plan = {
-        "mask": "diag_mask_inf" if support["diag_mask_inf"] and backend.name != "metal" else "explicit",
+        "mask": "diag_mask_inf" if support["diag_mask_inf"] and not backend.quirks.explicit_masks else "explicit",
         "conv_transpose": "col2im" if support["col2im_1d"] else "ggml",
         "left_pad": "pad_ext" if support["pad_left"] else "concat",
         "kernels": backend.is_cpu,
@@ -112,7 +112,7 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None, precision:
             raise ValueError("kv='arena' lends host memory to the graph: the CPU backend only")
         if key == "kernels" and value and not backend.is_cpu:
             raise ValueError("custom kernels run on the CPU backend only")
-        if key == "matrices" and value == "stored" and precision == "f32" and not (blas and kernels.ROWDOT):
+        if key == "matrices" and value == "stored" and not exact and not (blas and kernels.ROWDOT):
             raise ValueError("matrices='stored' in f32 precision needs the CPU backend's row-product kernel")
         if key in ("matmul", "conv") and value in ("blas", "taps", "winograd"):
             if not backend.is_cpu:
@@ -120,7 +120,7 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None, precision:
             if kernels.BLAS is None:
                 raise ValueError(f"BLAS matrix products unavailable: {kernels.BLAS_UNAVAILABLE_REASON}")
         plan[key] = value
-    if precision == "f32" and plan["matmul"] != "blas" and plan["matrices"] == "stored":
+    if not exact and plan["matmul"] != "blas" and plan["matrices"] == "stored":
         if (overrides or {}).get("matrices") == "stored":
             raise ValueError("matrices='stored' in f32 precision needs matmul='blas' (the row-product kernel)")
         plan["matrices"] = "f32"  # ggml's F16 product would round the activations to F16

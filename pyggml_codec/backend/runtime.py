@@ -17,6 +17,7 @@ import numpy as np
 
 from . import binding, kernels
 from .binding import lib
+from .quirks import VK_DISABLE_F16, Quirks, quirks_of
 from ..errors import BackendError
 
 log = logging.getLogger("pyggml_codec")
@@ -90,10 +91,12 @@ class Backend:
         # ggml op names (e.g. "COL2IM_1D") run on the CPU through ggml_backend_sched even
         # where this backend supports them: load(cpu_ops=...), for bisecting a backend's op.
         self.cpu_ops: frozenset[str] = frozenset()
+        # What this backend needs that others do not (quirks.py)
+        self.quirks: Quirks = quirks_of(name, _device_description(handle))
         # How the backend computes products the graph gives F32 inputs (see PRODUCTS)
-        self.products = "f32" if name == "cpu" else "unmeasured"
-        # Mesa's lavapipe: buffers are freed only once this ggml context is gone (see release)
-        self.parks_frees = name == "vulkan" and _on_lavapipe(handle)
+        self.products = self.quirks.products
+        # e.g. Mesa's lavapipe: buffers are freed only once this ggml context is gone (see release)
+        self.parks_frees = self.quirks.parks_frees
         self._parked: list[Callable[[], None]] = []
 
     @property
@@ -169,10 +172,10 @@ class Backend:
         return cls(handle, kind, owned=False, requested=kind, fallback_reason=None)
 
 
-def _on_lavapipe(handle: int) -> bool:
-    """Whether ``handle`` runs on Mesa's software Vulkan driver (its device is "llvmpipe")."""
+def _device_description(handle: int) -> str:
+    """ggml's description of the device ``handle`` runs on ("" where there is none)."""
     device = lib.ggml_backend_get_device(handle)
-    return bool(device) and lib.ggml_backend_dev_description(device).decode().startswith("llvmpipe")
+    return lib.ggml_backend_dev_description(device).decode() if device else ""
 
 
 def op_name(tensor) -> str:
@@ -212,7 +215,6 @@ PRODUCTS = {
                    "error on a decode instead of 5e-7 (measured on Mesa's lavapipe)"),
     "unmeasured": "this backend's product precision has not been measured by this library",
 }
-VK_DISABLE_F16 = "GGML_VK_DISABLE_F16"
 # Vulkan devices this process started, by ggml device name, and whether F16 products are on:
 # ggml-vulkan reads GGML_VK_DISABLE_F16 once per device, when the device first starts.
 _vulkan_f16: dict[str, bool] = {}
@@ -277,7 +279,8 @@ def _by_device_name(name: str) -> tuple[str, int] | None:
 
 
 def start_backend(requested: str, device: int = 0, strict: bool = False, f32_products: bool = True) -> Backend:
-    """Start the requested backend; fall back to CPU with a warning unless ``strict``.
+    """Start the requested backend; fall back to CPU with a warning unless ``strict``. "auto"
+    without a GPU backend in the build takes the CPU with a warning too (``strict`` or not).
 
     ``requested`` is a backend name (with ``device`` its index) or a registry device name
     such as "CUDA1" or "Vulkan0" (see :func:`devices`). ``f32_products`` asks for F32
@@ -294,8 +297,14 @@ def start_backend(requested: str, device: int = 0, strict: bool = False, f32_pro
     if requested not in BACKEND_NAMES:
         names = ", ".join(list(BACKEND_NAMES) + [d.name for d in devices() if d.backend != "cpu"])
         raise BackendError(f"unknown backend {requested!r}; choose one of {names}")
-    if requested == "cpu" or (requested == "auto" and len(available_backends()) == 1):
+    if requested == "cpu":
         return cpu_backend(requested, None)
+    if requested == "auto" and len(available_backends()) == 1:  # auto may take the CPU, even with strict
+        compiled = sorted(binding.compiled_backends())
+        reason = (f"ggml found no usable device of its GPU backend(s) {', '.join(compiled)}" if compiled
+                  else "this ggml build has no GPU backend")
+        warnings.warn(f"pyggml_codec: backend 'auto' found no GPU ({reason}); using CPU", RuntimeWarning, stacklevel=3)
+        return cpu_backend(requested, reason)
     name = next(n for n in available_backends() if n != "cpu") if requested == "auto" else requested
     started, reason = _init_device(name, device, f32_products)
     if started is not None:

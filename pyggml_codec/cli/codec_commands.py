@@ -23,7 +23,7 @@ from ..io.codefiles import CodeFile, encode_transcript, format_of, read_codes
 from ..model.config import CodecConfig
 from ..errors import CodecError, CodeFileError
 from ..inputs import MAX_DECODE_FRAMES
-from ..tools.corpus import (  # noqa: F401  (AUDIO_EXTENSIONS, file_sha256, to_model_rate: part of this module's face)
+from ..dataset.corpus import (  # noqa: F401  (AUDIO_EXTENSIONS, file_sha256, to_model_rate: part of this module's face)
     AUDIO_EXTENSIONS, Audio, Progress, Summary, encode_file, file_sha256, plan_batch, read_input_audio, run_encode, to_model_rate,
     walk,
 )

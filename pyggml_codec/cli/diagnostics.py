@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import CodecError
 from ..io.fileio import atomic_path
-from ..tools.compare import CompareUsageError, compare
+from ..diagnostics.compare import CompareUsageError, compare
 
 PROG = "pyggml-codec"
 
@@ -111,7 +111,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_bench_backends(args: argparse.Namespace) -> int:
     """``bench-backends -m MODEL``: print the table (and write JSON); 0 when every backend ran."""
-    from ..tools.bench import bench_backends
+    from ..diagnostics.bench import bench_backends
 
     if not Path(args.model).is_file():
         return _error(f"{args.model}: no such model file", 1)
@@ -173,7 +173,7 @@ def cmd_s2cpp_compare(args: argparse.Namespace) -> int:
     import warnings
 
     from ..api import load
-    from ..tools import s2cpp
+    from ..diagnostics import s2cpp
 
     if args.frames < 1 or (args.threads is not None and args.threads < 1):
         return _error("--frames and --threads must be >= 1", 2)

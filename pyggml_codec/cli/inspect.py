@@ -1,6 +1,7 @@
 """The inspection commands of the CLI: ``info`` (what a GGUF holds), ``backends`` and ``doctor``.
 
-Neither loads weights onto a backend: ``info`` reads the metadata and tensor table only.
+Neither loads weights onto a backend: ``info`` reads the metadata and tensor table only. Both
+print the plan ``load(backend="cpu")`` decides in each precision (``plan.decide_plan``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from ..model.gguf_file import ModelFile
 from ..model.loader import codec_prefix
 from ..model.quantize import TYPE_KEY as QUANT_KEY
 from ..backend.buildinfo import build_info, exact_word, format_build_info
-from ..backend.runtime import available_backends, devices
+from ..backend.runtime import available_backends, devices, start_backend
 from ..model.weights import PARTS, check_tensors, expected_tensors, ffn_width_reader
+from ..plan import Precision, decide_plan
 
 
 def model_info(path: Path) -> dict[str, Any]:
@@ -111,13 +113,32 @@ def format_info(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def cpu_plans() -> dict[str, dict[str, Any]]:
+    """The plan ``load(backend="cpu")`` decides in each precision (no model needed: the plan
+    depends on the backend and the options), as dicts."""
+    backend = start_backend("cpu")
+    try:
+        return {p.value: decide_plan(backend, p).as_dict() for p in Precision}
+    finally:
+        backend.free()
+
+
+def format_plans(plans: dict[str, dict[str, Any]]) -> str:
+    fields = list(next(iter(plans.values())))
+    rows = [("plan on the CPU", list(plans))] + [(f, [plan[f] for plan in plans.values()])
+                                                  for f in fields if f != "precision"]
+    return "\n".join(f"  {name:<21}" + "".join(f"{str(v):<15}" for v in values).rstrip() for name, values in rows)
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     if not args.model_file.is_file():
         from .codec_commands import CliError
 
         raise CliError(f"{args.model_file}: no such model file")
     info = model_info(args.model_file)
-    print(json.dumps(info, indent=2) if args.json else format_info(info))
+    plans = cpu_plans()
+    print(json.dumps({**info, "cpu_plans": plans}, indent=2) if args.json else
+          format_info(info) + "\n" + format_plans(plans))
     return 0 if info["loadable"] else 1
 
 
@@ -143,5 +164,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """``doctor``: what this install runs (ggml build, kernels, BLAS); 1 when it warns."""
     info = build_info()
-    print(json.dumps(info, indent=2) if args.json else format_build_info(info))
+    plans = cpu_plans()
+    print(json.dumps({**info, "cpu_plans": plans}, indent=2) if args.json else
+          format_build_info(info) + "\n" + format_plans(plans))
     return 1 if info["warnings"] else 0

@@ -29,7 +29,8 @@ from pathlib import Path
 from .._version import __version__
 from .codec_commands import USER_ERRORS, CliError, cmd_decode, cmd_encode, cmd_roundtrip
 from .inspect import cmd_backends, cmd_doctor, cmd_info
-from ..inputs import PAD_POLICIES, PRECISIONS
+from ..inputs import PAD_POLICIES
+from ..plan import PRECISIONS
 from ..io.codefiles import EXTENSIONS as CODE_EXTENSIONS
 from ..io.fileio import atomic_path
 from ..backend.runtime import BACKEND_NAMES
@@ -240,7 +241,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ..tools.demo import run_demo
+    from ..demo import run_demo
 
     return run_demo(args)
 

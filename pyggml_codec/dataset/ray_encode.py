@@ -31,11 +31,13 @@ from typing import Callable
 
 import numpy as np
 
+from ..api import load
+from ..backend.runtime import available_backends
 from ..errors import CodecError
 from ..io.codefiles import EXTENSIONS as CODE_EXTENSIONS
 from ..io.codefiles import read_codes
 from ..io.fileio import atomic_path
-from ..tools.corpus import AUDIO_EXTENSIONS, file_sha256, plan_batch
+from .corpus import AUDIO_EXTENSIONS, encode_file, file_sha256, plan_batch, read_input_audio
 
 MANIFEST = "manifest.parquet"
 COLUMNS = ("path", "output", "duration_s", "frames", "model_sha256", "pad_to", "status", "error")
@@ -87,15 +89,11 @@ class _Encoder:
     """One actor: a loaded codec, encoding a batch of (src, dst) rows."""
 
     def __init__(self, model: str, job: dict, sha: str):
-        from ..api import load
-
         self.job, self.sha = job, sha
         self.codec = load(model, backend=job["backend"], n_threads=job["threads_per_actor"],
                           precision=job["precision"], parts="encode", strict_backend=True)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
-        from ..tools.corpus import encode_file, read_input_audio
-
         out: dict[str, list] = {c: [] for c in COLUMNS}
         for src, dst in zip(batch["src"], batch["dst"]):
             row = {"path": str(src), "output": str(dst), "duration_s": None, "frames": None,
@@ -135,9 +133,6 @@ def check_job(job: CorpusJob) -> None:
 
 
 def _check_model(job: CorpusJob) -> None:
-    from ..api import load
-    from ..backend.runtime import available_backends
-
     if job.backend != "cpu" and job.backend not in available_backends():
         raise CorpusError(f"backend {job.backend!r} is not in this ggml build (it has {', '.join(available_backends())})")
 

@@ -10,7 +10,7 @@ Graph layout mirrors the C++ engine:
 * decode, fused path (non-CPU backends): one graph (256 MB) codes -> wave.
 
 Each ``CodecGraphs`` method returns ``build(g) -> {output name: tensor}`` for
-:meth:`Graph.build <pyggml_codec.backend.graph.Graph.build>`; the inputs it declares are
+:meth:`Graph.build <pyggml_codec.backend.ggml_graph.Graph.build>`; the inputs it declares are
 fed by name at compute time ("codes.<i>", "latent", "audio").
 """
 
@@ -21,9 +21,9 @@ from typing import Callable
 import numpy as np
 
 from ..backend import arena_attention, kernels
-from ..backend.graph import Graph
+from ..backend.ggml_graph import Graph
 from ..model.loader import LoadedModel
-from ..model.weights import ru_layout
+from ..plan import Plan
 from . import ops, quantizer, seanet
 from .transformer import transformer
 
@@ -33,27 +33,28 @@ Build = Callable[[ops.Builder], dict]
 
 
 class CodecGraphs:
-    """Graph builders over one loaded model in one precision."""
+    """Graph builders over one loaded model, by its plan."""
 
-    def __init__(self, model: LoadedModel, precision: str):
-        self.model, self.precision = model, precision
+    def __init__(self, model: LoadedModel):
+        self.model = model
+        self.plan: Plan = model.plan
 
     def builder(self, ctx, keep_stages: bool = False, custom_kernels: bool = True) -> ops.Builder:
-        """An :class:`ops.Builder` with the model's lowering plan; ``custom_kernels=False``
-        runs plain ggml ops where the plan would take the compiled CPU kernels."""
-        plan = self.model.plan
-        fast_cpu = custom_kernels and plan["kernels"] and kernels.AVAILABLE
-        layout = ru_layout(plan, self.precision)  # plan "blas"/"taps"/"winograd" imply a BLAS was found
+        """An :class:`ops.Builder` for the model's plan; ``custom_kernels=False`` runs plain ggml
+        ops where the plan would take the compiled CPU kernels."""
+        plan = self.plan
+        fast_cpu = custom_kernels and plan.kernels and kernels.AVAILABLE
+        layout = plan.ru_weights  # plan "blas"/"taps"/"winograd" imply a BLAS was found
         # "s2cpp": the plan holds the C++ engine's lowerings (lowerings.S2CPP_LOWERINGS) and the
         # kernels run their exact build (ggml's op values, bit for bit).
-        exact = self.precision == "s2cpp"
-        return ops.Builder(ctx=ctx, precision=self.precision, explicit_causal_mask=plan["mask"] == "explicit",
+        exact = plan.reproduces_s2cpp
+        return ops.Builder(ctx=ctx, f16_convs=exact, explicit_causal_mask=plan.mask == "explicit",
                            keep_stages=keep_stages, snake_kernel=fast_cpu, im2col_kernel=fast_cpu,
                            exact_kernels=exact,
-                           conv_transpose=plan["conv_transpose"], left_pad=plan["left_pad"],
-                           attention=plan["attention"], matmul=plan["matmul"] if fast_cpu else "ggml",
+                           conv_transpose=plan.conv_transpose, left_pad=plan.left_pad,
+                           attention=plan.attention, matmul=plan.matmul if fast_cpu else "ggml",
                            conv=layout if layout != "conv" and fast_cpu else "im2col", ru_weights=layout,
-                           quantized=plan.get("quantized", "native"), kv=plan.get("kv", "concat"),
+                           quantized=plan.quantized, kv=plan.kv,
                            attention_kernel=fast_cpu and not exact and arena_attention.WINDOW_ATTENTION)
 
     @staticmethod

@@ -1,4 +1,5 @@
-"""The carried state of a streamed graph: its inputs and outputs (``ops.Carry``)."""
+"""A streamed graph's carry: the state inputs it reads and the outputs it writes for the next
+chunk (``ops.Carry``); the host side that keeps it per stream is ``stream_state.py``."""
 
 from __future__ import annotations
 

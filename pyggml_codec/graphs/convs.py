@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import binding, kernels, wino_conv
+from ..backend import binding, kernels, winograd_conv
 from ..backend.binding import lib
 from . import batched as packed
 from .carry import batched, carry_input, emit_carry  # noqa: F401  (carry_input, emit_carry: the streamed ops' helpers)
 from .ops import F16, F32, Builder, Tensor, add, add_bias, first_columns, mul_mat, reshape_2d, shape, transpose
-from ..backend.winograd import WINOGRAD
+from ..backend.winograd_tables import WINOGRAD
 
 
 def concat_time(g: Builder, a_cf: Tensor, b_cf: Tensor) -> Tensor:
@@ -183,10 +183,10 @@ def residual_conv(g: Builder, x_cf: Tensor, w: Tensor, dilation: int) -> Tensor:
         if batched(g):  # each stream's context read in place
             x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
             prev = packed.contexts_in_place(g, x_cf, left)
-            return wino_conv.conv_wino(g.ctx, w, x_cf, dilation, g.keep, prev, segments=g.stream.batch)
+            return winograd_conv.conv_wino(g.ctx, w, x_cf, dilation, g.keep, prev, segments=g.stream.batch)
 
         def conv(x, prev):
-            return wino_conv.conv_wino(g.ctx, w, x, dilation, g.keep, prev)
+            return winograd_conv.conv_wino(g.ctx, w, x, dilation, g.keep, prev)
     else:
         def conv(x, prev):
             return kernels.conv_taps(g.ctx, w, x, k, dilation, g.keep, prev)

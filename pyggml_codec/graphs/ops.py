@@ -27,7 +27,7 @@ import numpy as np
 
 from ..backend import binding, kernels
 from ..backend.binding import lib, new_tensor  # noqa: F401  (new_tensor: part of the op helpers)
-from ..backend.graph import BOUND_ROWS
+from ..backend.ggml_graph import BOUND_ROWS
 
 F32, F16, I32, I64 = binding.TYPE_F32, binding.TYPE_F16, binding.TYPE_I32, binding.TYPE_I64
 MASKED = -1e9  # the C++ engine's fill value for masked attention scores
@@ -111,7 +111,7 @@ class Builder:
     """
 
     ctx: Any
-    precision: str = "f32"
+    f16_convs: bool = False  # "s2cpp": conv inputs rounded to F16 and conv weights F16, as the C++ engine
     explicit_causal_mask: bool = False
     keep_stages: bool = False
     inputs: list[tuple[Tensor, np.ndarray]] = field(default_factory=list)
@@ -135,10 +135,6 @@ class Builder:
     # chunk's ("concat") or rows of a host arena read and written in place ("arena", CPU; KVArena)
     bound: dict[str, Tensor] = field(default_factory=dict)  # leaves whose memory a run lends (CPU)
     attention_kernel: bool = False  # "arena" attention in one compiled op (arena_attention.py)
-
-    @property
-    def f16_convs(self) -> bool:
-        return self.precision == "s2cpp"
 
     def input(self, name: str, array: np.ndarray, ggml_type: int = F32) -> Tensor:
         """A graph input holding ``array`` (numpy order), uploaded before every compute."""
@@ -200,7 +196,7 @@ def mul_mat(g: Builder, a: Tensor, b: Tensor) -> Tensor:
     if g.matmul == "blas" and kernels.mul_mat_rowdot_supported(a, b):
         g.lowerings["matmul"] = "rowdot"  # Choices keeps every choice that ran
         return kernels.mul_mat_rowdot(g.ctx, a, b, g.keep)
-    if g.precision == "f32" and binding.tensor_type(a) == F16 and binding.tensor_type(b) == F32:
+    if not g.f16_convs and binding.tensor_type(a) == F16 and binding.tensor_type(b) == F32:
         # an F16 matrix held as stored (plan "matrices") without the row-product kernel, e.g. with the
         # compiled kernels switched off: upcast in the graph (exact), since ggml's F16 product would
         # round the activations to F16

@@ -22,8 +22,8 @@ so a dump of this library and one of the reference (``tools/reference_dump.py``)
 ``enc.vq{i}.residual`` is the residual entering VQ stage i (``enc.vq0.residual`` equals
 ``pre_module``); ``enc.vq{i}.codes`` is that stage's code row.
 
-Comparison (:func:`compare`, :class:`Report`) lives in :mod:`pyggml_codec.tools.compare`;
-the backend benchmark in :mod:`pyggml_codec.tools.bench`; their commands in ``cli/diagnostics.py``.
+Comparison (:func:`compare`, :class:`Report`) lives in :mod:`pyggml_codec.diagnostics.compare`;
+the backend benchmark in :mod:`pyggml_codec.diagnostics.bench`; their commands in ``cli/diagnostics.py``.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from .fileio import atomic_path
+from .._version import __version__
 from ..model.config import CodecConfig
 from ..errors import CodecError
-from ..inputs import check_audio
 
 DUMP_FORMAT = "pyggml_codec.dump"
 DUMP_VERSION = 1
@@ -50,8 +50,8 @@ META_KEY = "__meta__"
 TIME_MAJOR = ("dec.vq_sum", "dec.post_module", "pre_module", "enc.vq*.residual")
 
 __all__ = [
-    "Dump", "DumpError", "dump_decode", "dump_encode", "load_dump", "save_dump", "is_dump",
-    "decode_stage_shapes", "encode_stage_shapes", "decode_stages", "encode_stages",
+    "Dump", "DumpError", "load_dump", "save_dump", "is_dump", "dump_meta",
+    "decode_stage_shapes", "encode_stage_shapes", "decode_dump", "encode_dump",
 ]
 
 
@@ -163,18 +163,15 @@ def _arrange(stages: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) 
 # --------------------------------------------------------------------------- writing and reading
 
 
-def _meta(codec, kind: str, stages: dict[str, np.ndarray], extra: dict[str, Any]) -> dict[str, Any]:
-    from .._version import __version__
-
-    source = getattr(getattr(codec, "_model", None), "source", None)
-    model_file = str(source) if source is not None else None
+def dump_meta(kind: str, stages: dict[str, np.ndarray], run: dict[str, Any]) -> dict[str, Any]:
+    """A dump's ``__meta__``: the format, ``kind`` ("decode", "encode"), the ``run``'s facts
+    (backend, precision, model_file, sample_rate, samples_per_frame, lowerings, options) and
+    each stage's layout."""
+    model_file = run.get("model_file")
     return {
         "format": DUMP_FORMAT, "format_version": DUMP_VERSION, "kind": kind, "producer": "pyggml_codec",
-        "library_version": __version__, "backend": codec.backend_name, "precision": codec.precision,
-        "model_file": model_file,
+        "library_version": __version__, **run,
         "model_bytes": os.path.getsize(model_file) if model_file and os.path.isfile(model_file) else None,
-        "sample_rate": codec.sample_rate, "samples_per_frame": codec.config.samples_per_frame,
-        "lowerings": dict(codec.lowerings), **extra,
         "stage_order": list(stages),
         "layout": {n: _layout_note(n, tuple(a.shape)) for n, a in stages.items()},
     }
@@ -223,51 +220,25 @@ def load_dump(path: str | os.PathLike) -> Dump:
     return Dump({n: arrays[n] for n in order}, meta)
 
 
-# --------------------------------------------------------------------------- dumping a run
+# --------------------------------------------------------------------------- a run's stages as a dump
+# (the codec runs and writes: Codec.dump_decode / dump_encode; these only arrange arrays)
 
 
-def decode_stages(codec, codes, **decode_kwargs) -> dict[str, np.ndarray]:
-    """Decode ``codes`` with every stage kept: the stages in the dump's layout, in stage order
-    (``codes`` and ``audio`` included). ``decode_kwargs`` go to :meth:`Codec.decode`."""
+def decode_dump(stages: dict[str, np.ndarray], codes: np.ndarray, audio: np.ndarray,
+                cfg: CodecConfig) -> dict[str, np.ndarray]:
+    """A decode's stages (``Codec.decode_stages``) in the dump's layout and stage order, with its
+    input ``codes`` (n_codebooks, T) and output ``audio``."""
     arr = np.asarray(codes)
     arr = arr[0] if arr.ndim == 3 and arr.shape[0] == 1 else arr
     if arr.ndim != 2:
         raise DumpError(f"codes must be (n_codebooks, T), got shape {arr.shape}")
-    audio, stages = codec.decode(codes, return_stages=True, **decode_kwargs)
-    shapes = decode_stage_shapes(codec.config, arr.shape[1])
+    shapes = decode_stage_shapes(cfg, arr.shape[1])
     return _arrange({**stages, "codes": arr.astype(np.int32), "audio": audio}, shapes)
 
 
-def encode_stages(codec, audio, **encode_kwargs) -> dict[str, np.ndarray]:
-    """Encode ``audio`` with every stage kept: the stages in the dump's layout (``audio`` is the
-    float32 mono signal encode saw, before padding). ``encode_kwargs`` go to :meth:`Codec.encode`."""
-    for key in ("return_stages", "return_margins"):
-        if key in encode_kwargs:
-            raise TypeError(f"dump_encode sets {key} itself")
-    x = check_audio(audio, codec.config, encode_kwargs.get("sample_rate"), encode_kwargs.get("mix"))
-    result = codec.encode(audio, return_stages=True, **encode_kwargs)
-    shapes = encode_stage_shapes(codec.config, x.shape[0], encode_kwargs.get("pad_to", "code_frame"))
-    return _arrange({**result.stages, "audio": x, "codes": result.codes}, shapes)
-
-
-def dump_decode(codec, codes, path: str | os.PathLike, **decode_kwargs) -> np.ndarray:
-    """Decode ``codes`` with every stage kept; write them to ``path`` (.npz); return the audio.
-
-    ``decode_kwargs`` go to :meth:`Codec.decode` (``on_invalid_codes``, ``decode_path``).
-    """
-    out = decode_stages(codec, codes, **decode_kwargs)
-    save_dump(path, out, _meta(codec, "decode", out, {"decode_kwargs": decode_kwargs}))
-    return out["audio"]
-
-
-def dump_encode(codec, audio, path: str | os.PathLike, **encode_kwargs) -> np.ndarray:
-    """Encode ``audio`` with every stage kept; write them to ``path`` (.npz); return the codes.
-
-    ``encode_kwargs`` go to :meth:`Codec.encode` (``sample_rate``, ``pad_to``, ``mix``);
-    the dump's ``audio`` entry is the float32 mono signal encode saw, before padding.
-    """
-    out = encode_stages(codec, audio, **encode_kwargs)
-    pad_to = encode_kwargs.get("pad_to", "code_frame")
-    save_dump(path, out, _meta(codec, "encode", out, {"encode_kwargs": {"pad_to": pad_to, **{
-        k: v for k, v in encode_kwargs.items() if k != "pad_to"}}}))
-    return out["codes"]
+def encode_dump(stages: dict[str, np.ndarray], audio: np.ndarray, codes: np.ndarray, cfg: CodecConfig,
+                pad_to: str = "code_frame") -> dict[str, np.ndarray]:
+    """An encode's stages (``Codec.encode_stages``) in the dump's layout and stage order, with the
+    float32 mono ``audio`` encode saw (before padding) and its ``codes``."""
+    shapes = encode_stage_shapes(cfg, audio.shape[0], pad_to)
+    return _arrange({**stages, "audio": audio, "codes": codes}, shapes)

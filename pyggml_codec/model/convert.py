@@ -268,7 +268,7 @@ def run_convert(args: argparse.Namespace) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = add_convert_arguments(argparse.ArgumentParser(prog="python -m pyggml_codec.convert"))
+    parser = add_convert_arguments(argparse.ArgumentParser(prog="python -m pyggml_codec.model.convert"))
     args = parser.parse_args(argv)
     try:
         out = run_convert(args)

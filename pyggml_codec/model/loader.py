@@ -17,10 +17,10 @@ import numpy as np
 
 from ..backend import binding, buildinfo
 from ..backend.binding import QUANT_TYPES
-from ..backend.graph import WeightBuffer
-from ..backend.lowerings import choose_lowerings
+from ..backend.ggml_graph import WeightBuffer
 from ..backend.runtime import Backend
 from ..errors import ExactnessWarning, ModelFileError
+from ..plan import Plan, Precision, decide_plan
 from .config import CodecConfig
 from .gguf_file import ModelFile
 from .vq import VQStage, stage_prefixes
@@ -36,12 +36,12 @@ class LoadedModel:
     backend: Backend
     parts: str
     source: str
+    plan: Plan  # how it computes, decided once (plan.decide_plan); the weights are laid out for it
     weights: dict[str, Any] = field(default_factory=dict)  # name -> ggml tensor
     vq_stages: list[VQStage] = field(default_factory=list)
     buffer: WeightBuffer | None = None
     loaded_bytes: int = 0  # bytes of the weight buffer this codec allocated
     shared: set[str] = field(default_factory=set)  # tensors used in place from the host
-    plan: dict = field(default_factory=dict)  # lowering per op (runtime.choose_lowerings)
     closed: bool = False
 
     def close(self) -> None:
@@ -74,13 +74,15 @@ def codec_prefix(mf: ModelFile) -> str:
     return prefix
 
 
-def load_model(source: Any, backend: Backend, parts: str, precision: str,
+def load_model(source: Any, backend: Backend, parts: str, precision: Precision,
                host_tensors: Mapping[str, Any] | None = None, lowerings: dict | None = None) -> LoadedModel:
     """Read, check and upload the tensors ``parts`` needs. Frees what it made on failure.
 
     ``host_tensors`` maps file tensor names (with the file's prefix) to ggml tensors the
     host already holds on ``backend``; those whose type and shape are what this codec
-    would create are used in place (never freed here), the others are copied.
+    would create are used in place (never freed here), the others are copied. The plan
+    (:func:`~pyggml_codec.plan.decide_plan`) is decided here, from the backend, ``precision``
+    and the ``lowerings`` overrides, and recorded on the model.
     """
     model = None
     try:
@@ -91,18 +93,18 @@ def load_model(source: Any, backend: Backend, parts: str, precision: str,
         config = CodecConfig.from_metadata(mf.metadata)
         specs = expected_tensors(config, ffn_width_reader(mf, prefix))
         check_tensors(mf, specs, prefix)
-        _warn_quantized_s2cpp(mf, prefix, precision)
-        if precision == "s2cpp" and backend.is_cpu:
+        plan = decide_plan(backend, precision, lowerings)
+        _warn_quantized_s2cpp(mf, prefix, plan)
+        if plan.reproduces_s2cpp and backend.is_cpu:
             _warn_s2cpp_build()
-        model = LoadedModel(config=config, backend=backend, parts=parts, source=mf.source,
-                            plan=choose_lowerings(backend, lowerings, precision))
+        model = LoadedModel(config=config, backend=backend, parts=parts, source=mf.source, plan=plan)
         wanted = [s for s in specs if (parts == "all" or parts in s.parts) and s.role != "host"]
-        _upload(model, mf, prefix, wanted, precision, host_tensors or {})
+        _upload(model, mf, prefix, wanted, host_tensors or {})
         if parts in ("all", "encode"):
-            model.vq_stages = _vq_stages(mf, prefix, specs, config, sequential=precision == "s2cpp")
+            model.vq_stages = _vq_stages(mf, prefix, specs, config, sequential=plan.reproduces_s2cpp)
         log.info("loaded %s: %d tensors (%d shared with the host), %.1f MB on %s (parts=%s, precision=%s)",
                  mf.source, len(model.weights), len(model.shared), model.loaded_bytes / 1e6, backend.name, parts,
-                 precision)
+                 plan.precision.value)
         return model
     except BaseException:
         if model is not None and model.buffer is not None:
@@ -118,11 +120,11 @@ def _warn_s2cpp_build() -> None:
         warnings.warn(exactness["reason"], ExactnessWarning, stacklevel=4)
 
 
-def _warn_quantized_s2cpp(mf: ModelFile, prefix: str, precision: str) -> None:
+def _warn_quantized_s2cpp(mf: ModelFile, prefix: str, plan: Plan) -> None:
     """s2cpp mode exists to reproduce the C++ engine's F16 rounding; on a quantized file that
     reproduction is not established (the engine's quantized path was never compared)."""
     quantized = [n for n, t in mf.tensors.items() if n.startswith(prefix) and t.ggml_type in QUANT_TYPES]
-    if precision == "s2cpp" and quantized:
+    if plan.reproduces_s2cpp and quantized:
         warnings.warn(f"{mf.source}: precision='s2cpp' on a quantized file ({len(quantized)} quantized matrices, "
                       f"e.g. {quantized[0]}): parity with the C++ engine is not established for quantized "
                       f"weights", RuntimeWarning,
@@ -135,13 +137,13 @@ def _usable_in_place(tensor: Any, ggml_type: int, shape: tuple[int, ...]) -> boo
             and bool(binding.lib.ggml_is_contiguous(tensor)) and bool(tensor.contents.buffer))
 
 
-def _upload(model: LoadedModel, mf: ModelFile, prefix: str, specs: list[TensorSpec], precision: str,
+def _upload(model: LoadedModel, mf: ModelFile, prefix: str, specs: list[TensorSpec],
             host_tensors: Mapping[str, Any]) -> None:
     """Create every tensor not shared with the host, allocate one buffer, then convert and
     upload one tensor at a time."""
     own = []
     for s in specs:
-        ggml_type, shape = backend_layout(s, mf.tensors[prefix + s.name].ggml_type, precision, model.plan)
+        ggml_type, shape = backend_layout(s, mf.tensors[prefix + s.name].ggml_type, model.plan)
         host = host_tensors.get(prefix + s.name)
         if host is not None and _usable_in_place(host, ggml_type, shape):
             model.weights[s.name] = host
@@ -158,7 +160,7 @@ def _upload(model: LoadedModel, mf: ModelFile, prefix: str, specs: list[TensorSp
         model.weights[s.name] = t
     model.loaded_bytes = buf.allocate()
     for s, _, _ in own:
-        binding.upload(model.weights[s.name], backend_array(mf, prefix, s, precision, model.plan))
+        binding.upload(model.weights[s.name], backend_array(mf, prefix, s, model.plan))
 
 
 def _vq_stages(mf: ModelFile, prefix: str, specs: list[TensorSpec], cfg: CodecConfig,

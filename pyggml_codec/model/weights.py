@@ -9,7 +9,7 @@ tensors. Roles decide how a tensor is held on the backend:
   (im2col columns, one GEMM): as ``conv``, or F16 from an F16 file where the plan's ``matrices``
   is "stored" (the product then reads it through the row-product kernel);
 * ``conv_ru`` the residual units' dilated convs: as ``conv``, except where the plan runs them
-  by BLAS GEMMs (``ru_layout``): per tap, F32 re-laid to ne [Cin, Cout, K], a matrix per tap;
+  by BLAS GEMMs (``Plan.ru_weights``): per tap, F32 re-laid to ne [Cin, Cout, K], a matrix per tap;
   or Winograd F(4,7), the 10 transformed matrices ne [Cin, Cout, 10] (winograd.WINOGRAD);
 * ``linear`` transformer / ConvNeXt matrices: as stored where the plan's ``matrices`` is "stored"
   ("s2cpp", and "f32" on the CPU, whose row-product kernel upcasts F16 exactly), else F32; the only
@@ -32,8 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..backend.binding import QUANT_TYPES
-from ..backend.winograd import WINOGRAD
+from ..backend.winograd_tables import WINOGRAD
 from ..errors import TensorError
+from ..plan import Plan
 from .config import RESIDUAL_DILATIONS, CodecConfig, TransformerConfig
 from .gguf_file import FLOAT_TYPES, ModelFile
 from .vq import stage_prefixes
@@ -217,67 +218,59 @@ def host_array(mf: ModelFile, prefix: str, spec: TensorSpec) -> np.ndarray:
     return np.asarray(info.data).reshape(spec.shape).astype(np.float32)
 
 
-def ru_layout(plan: dict, precision: str) -> str:
-    """How the residual units' dilated convs are held: "winograd" or "taps" (plan ``conv``
-    of that name, in the f32 precision), else "conv" ("s2cpp" keeps F16 im2col columns, as the
-    C++ engine does)."""
-    conv = plan.get("conv")
-    return conv if precision == "f32" and conv in ("taps", "winograd") else "conv"
-
-
-def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, precision: str, plan: dict) -> np.ndarray:
+def backend_array(mf: ModelFile, prefix: str, spec: TensorSpec, plan: Plan) -> np.ndarray:
     """The tensor as it is held on the backend (dtype and layout per role), numpy order."""
     info = mf.tensors[prefix + spec.name]
     if info.ggml_type in QUANT_TYPES:  # raw blocks, uploaded as stored (check_tensors: matrices only)
         return np.asarray(info.data)
     data = np.asarray(info.data).reshape(spec.shape)
-    if spec.role == "convT" and plan["conv_transpose"] == "col2im":  # (Cin, Cout, K) -> (Cout, K, Cin): ne [Cin, K, Cout]
-        dtype = np.float16 if _stored_f16(spec, info.ggml_type, precision, plan) else np.float32
+    if spec.role == "convT" and plan.conv_transpose == "col2im":  # (Cin, Cout, K) -> (Cout, K, Cin): ne [Cin, K, Cout]
+        dtype = np.float16 if _stored_f16(spec, info.ggml_type, plan) else np.float32
         return np.ascontiguousarray(data.astype(dtype).transpose(1, 2, 0))
-    layout = ru_layout(plan, precision) if spec.role == "conv_ru" else "conv"
+    layout = plan.ru_weights if spec.role == "conv_ru" else "conv"
     if layout != "conv":  # (Cout, Cin, K) -> (K, Cout, Cin) [-> (n, Cout, Cin)]
         taps = np.ascontiguousarray(data.astype(np.float32).transpose(2, 0, 1))
         return WINOGRAD.weights(taps) if layout == "winograd" else taps
     if spec.role in ("conv", "conv_ru", "dwconv", "conv_mm"):
-        return data.astype(np.float16 if precision == "s2cpp" or _stored_f16(spec, info.ggml_type, precision, plan)
+        return data.astype(np.float16 if plan.reproduces_s2cpp or _stored_f16(spec, info.ggml_type, plan)
                            else np.float32)
     if spec.role == "vq_out":
-        return data if precision == "s2cpp" else data.astype(np.float32)
+        return data if plan.reproduces_s2cpp else data.astype(np.float32)
     if spec.role == "linear":
-        return data if plan.get("matrices") == "stored" else data.astype(np.float32)
+        return data if plan.matrices == "stored" else data.astype(np.float32)
     return data.astype(np.float32)
 
 
-def _stored_f16(spec: TensorSpec, file_type: int, precision: str, plan: dict) -> bool:
+def _stored_f16(spec: TensorSpec, file_type: int, plan: Plan) -> bool:
     """Whether the F16 file tensor is held as F16 (see the roles above and plan "matrices")."""
     if file_type != 1:
         return False
     if spec.role in ("conv", "conv_ru", "dwconv"):
-        return precision == "s2cpp"
+        return plan.reproduces_s2cpp
     if spec.role == "conv_mm":
-        return precision == "s2cpp" or plan.get("matrices") == "stored"
+        return plan.reproduces_s2cpp or plan.matrices == "stored"
     if spec.role == "vq_out":
-        return precision == "s2cpp"
+        return plan.reproduces_s2cpp
     if spec.role == "linear":
-        return plan.get("matrices") == "stored"
+        return plan.matrices == "stored"
     if spec.role == "convT":  # the C++ engine's conv-transposes are F32: only "f32" precision holds them F16
-        return precision == "f32" and plan.get("matrices") == "stored" and plan["conv_transpose"] == "col2im"
+        return not plan.reproduces_s2cpp and plan.matrices == "stored" and plan.conv_transpose == "col2im"
     return False
 
 
-def backend_layout(spec: TensorSpec, file_type: int, precision: str, plan: dict) -> tuple[int, tuple[int, ...]]:
+def backend_layout(spec: TensorSpec, file_type: int, plan: Plan) -> tuple[int, tuple[int, ...]]:
     """(ggml type, numpy shape) of the tensor as ``backend_array`` makes it, without reading data."""
     if file_type in QUANT_TYPES:
         return file_type, spec.shape
-    if spec.role == "convT" and plan["conv_transpose"] == "col2im":
+    if spec.role == "convT" and plan.conv_transpose == "col2im":
         cin, cout, k = spec.shape
-        return (1 if _stored_f16(spec, file_type, precision, plan) else 0), (cout, k, cin)
-    layout = ru_layout(plan, precision) if spec.role == "conv_ru" else "conv"
+        return (1 if _stored_f16(spec, file_type, plan) else 0), (cout, k, cin)
+    layout = plan.ru_weights if spec.role == "conv_ru" else "conv"
     if layout != "conv":
         cout, cin, k = spec.shape
         return 0, ((WINOGRAD.n if layout == "winograd" else k), cout, cin)
-    f16 = (spec.role in ("conv", "conv_ru", "dwconv", "conv_mm") and precision == "s2cpp") or \
-        _stored_f16(spec, file_type, precision, plan)
+    f16 = (spec.role in ("conv", "conv_ru", "dwconv", "conv_mm") and plan.reproduces_s2cpp) or \
+        _stored_f16(spec, file_type, plan)
     return (1 if f16 else 0), spec.shape
 
 

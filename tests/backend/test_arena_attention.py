@@ -14,7 +14,7 @@ import pytest
 
 from graphrun import run_cpu_graph
 from pyggml_codec.backend import arena_attention
-from pyggml_codec.backend.graph import new_context
+from pyggml_codec.backend.ggml_graph import new_context
 from pyggml_codec.graphs import ops
 
 REL_MAX = 2e-6

@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 import pyggml_codec
-from pyggml_codec import BackendError
+from pyggml_codec import BackendError, Precision
 from pyggml_codec.backend import binding, runtime
 
 
@@ -32,14 +32,13 @@ def test_missing_gpu_backend_falls_back_visibly(tiny_model, name):
         pyggml_codec.load(tiny_model.f32_path, backend=name, strict_backend=True)
 
 
-def test_auto_without_gpu_is_cpu_without_warning(tiny_model):
+def test_auto_without_gpu_falls_back_to_cpu_with_a_warning(tiny_model):
     if len(pyggml_codec.available_backends()) > 1:
         pytest.skip("this build has a GPU backend")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with pyggml_codec.load(tiny_model.f32_path, backend="auto") as codec:
-            assert codec.backend_name == "cpu" and codec.fallback_reason is None
-            assert codec.device_name == "CPU"
+    with pytest.warns(RuntimeWarning, match="backend 'auto' found no GPU .*using CPU"):
+        with pyggml_codec.load(tiny_model.f32_path, backend="auto", strict_backend=True) as codec:
+            assert codec.backend_name == "cpu" and codec.device_name == "CPU"
+            assert "GPU backend" in codec.fallback_reason
 
 
 def test_unknown_backend_names_the_choices():
@@ -87,15 +86,15 @@ def test_rejected_ops_run_on_the_cpu_through_the_scheduler(tiny_model):
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1) as ref:
         want, want_codes = ref.decode(codes), ref.encode(x)
     backend = _RejectingBackend({"COL2IM_1D", "PAD", "TANH", "ROPE"})
-    model = load_model(tiny_model.f32_path, backend, "all", "f32", None, {"conv_transpose": "col2im"})
-    with Codec(model, "f32") as codec:
+    model = load_model(tiny_model.f32_path, backend, "all", Precision.F32, None, {"conv_transpose": "col2im"})
+    with Codec(model) as codec:
         assert codec.decode_path == "auto" and codec.decode_chunk_frames is None  # a "GPU": fused, one-shot
         with pytest.warns(RuntimeWarning, match=r"backend fakegpu runs these ops on the CPU \(COL2IM_1D x\d+"):
             got = codec.decode(codes)
         assert "COL2IM_1D" in codec.lowerings["cpu_ops"]  # what the last graph built ran on the CPU
         with pytest.warns(RuntimeWarning, match=r"runs these ops on the CPU \(ROPE x\d+"):
             got_codes = codec.encode(x)
-        graphs = dict(codec._cache.graphs)
+        graphs = dict(codec.engine.cached_graphs())
         assert ("fused", 12) in graphs and not codec.failed_fused_frames
         fused = graphs[("fused", 12)]
         assert fused.sched and fused.cpu_nodes["COL2IM_1D"] >= 1 and fused.compute_bytes > 0
@@ -128,7 +127,7 @@ def test_cpu_ops_pins_named_ops_and_checks_the_names(tiny_model):
         with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1, cpu_ops=["mul_mat", "col2im_1d"],
                                lowerings={"matmul": "ggml"}) as c:  # products as ggml MUL_MAT nodes
             got = c.decode(codes)
-            assert all(g.sched for g in c._cache.graphs.values())
+            assert all(g.sched for g in c.engine.cached_graphs().values())
             assert "MUL_MAT" in c.lowerings["cpu_ops"]
     assert float(np.abs(got - want).max()) <= 1e-6
     with pytest.raises(ValueError, match=r"unknown ggml op name\(s\) \['CONV_9D'\]"):

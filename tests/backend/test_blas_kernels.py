@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import pyggml_codec
-from pyggml_codec.backend import kernels, wino_conv, winograd
-from pyggml_codec.backend.graph import new_context
+from pyggml_codec.backend import kernels, winograd_conv, winograd_tables
+from pyggml_codec.backend.ggml_graph import new_context
 from pyggml_codec.graphs import ops
 from graphrun import run_cpu_graph
 
@@ -112,9 +112,9 @@ def test_conv_taps_matches_numpy(cin, cout, length, k, d, with_prev, threads, mo
 
 
 def test_blas_can_be_switched_off(tiny_model):
-    code = ("import pyggml_codec, sys; from pyggml_codec import kernels; "
+    code = ("import pyggml_codec, sys; from pyggml_codec.backend import kernels; "
             "c = pyggml_codec.load(sys.argv[1], backend='cpu'); "
-            "print(kernels.BLAS is None, c.plan['matmul'], c.plan['conv'], kernels.BLAS_UNAVAILABLE_REASON)")
+            "print(kernels.BLAS is None, c.plan.matmul, c.plan.conv, kernels.BLAS_UNAVAILABLE_REASON)")
     env = dict(os.environ, PYGGML_CODEC_BLAS="off")
     out = subprocess.run([sys.executable, "-c", code, str(tiny_model.f32_path)], env=env, capture_output=True,
                          text=True, timeout=120)
@@ -129,12 +129,12 @@ def test_blas_can_be_switched_off(tiny_model):
 WINO_REL_MAX = {2: 5e-6, 4: 3e-5}
 
 
-@pytest.mark.parametrize("m", sorted(winograd.VARIANTS))
+@pytest.mark.parametrize("m", sorted(winograd_tables.VARIANTS))
 def test_winograd_tables_compute_the_correlation(m):
     """The Toom-Cook construction, in float64: A ((G w) * (BT x)) is the correlation of n
     inputs with the 7 taps (relative error <= 1e-12), and BT (the kernel's table) holds
     integers, exact in float32."""
-    wino = winograd.VARIANTS[m]
+    wino = winograd_tables.VARIANTS[m]
     rng = np.random.default_rng(m)
     worst = 0.0
     for _ in range(50):
@@ -149,16 +149,16 @@ def test_winograd_tables_compute_the_correlation(m):
     np.testing.assert_allclose(wino.g_pinv @ wino.g, np.eye(wino.k), atol=1e-12)
 
 
-@pytest.mark.parametrize("m", sorted(winograd.VARIANTS))
+@pytest.mark.parametrize("m", sorted(winograd_tables.VARIANTS))
 @pytest.mark.parametrize("cin,cout,length,d,with_prev,threads", [
     (3, 5, 17, 1, False, 2), (3, 5, 17, 3, True, 2), (8, 4, 5, 9, True, 2), (8, 4, 5, 9, False, 1),  # split channels
     (32, 64, 10, 9, True, 3), (8, 200, 100, 1, False, 2),
     (16, 16, 3000, 9, True, 1), (7, 9, 2501, 3, True, 3), (24, 40, 4099, 1, False, 2),  # split time, partial tiles
 ])
 def test_conv_wino_matches_numpy(m, cin, cout, length, d, with_prev, threads, monkeypatch):
-    monkeypatch.setattr(wino_conv, "WINO_CHUNK_BYTES", 4 * 10 * (cin + cout) * 64)  # several blocks per thread
-    monkeypatch.setattr(wino_conv, "WINO_MIN_TILES", 16)
-    wino = winograd.VARIANTS[m]
+    monkeypatch.setattr(winograd_conv, "WINO_CHUNK_BYTES", 4 * 10 * (cin + cout) * 64)  # several blocks per thread
+    monkeypatch.setattr(winograd_conv, "WINO_MIN_TILES", 16)
+    wino = winograd_tables.VARIANTS[m]
     rng = np.random.default_rng(cin * length + d)
     w = rng.standard_normal((cout, cin, 7)).astype(np.float32)
     x = rng.standard_normal((cin, length + 3)).astype(np.float32)  # rows strided by 3 extra samples
@@ -169,7 +169,7 @@ def test_conv_wino_matches_numpy(m, cin, cout, length, d, with_prev, threads, mo
         xt = g.input("x", x)
         xv = ops.lib.ggml_view_2d(g.ctx, xt, length, cin, xt.contents.nb[1], 0)
         pt = g.input("prev", prev) if with_prev else None
-        return {"y": wino_conv.conv_wino(g.ctx, ut, xv, d, g.keep, pt, wino)}
+        return {"y": winograd_conv.conv_wino(g.ctx, ut, xv, d, g.keep, pt, wino)}
 
     got = _run(build, threads)["y"]
     want = _conv_ref(x[:, :length], w, d, prev if with_prev else None)
@@ -192,14 +192,14 @@ def test_conv_wino_segments_are_separate_streams(segments, length, d, max_tiles,
     products). ``block_rows``: the
     step split in time in blocks of that many tile rows at most, whatever its length, so that
     blocks hold short pieces of several streams (transformed together) next to long ones."""
-    monkeypatch.setattr(wino_conv, "wino_rowdot_tiles", lambda cin: max_tiles)
-    monkeypatch.setattr(wino_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", wino_conv.WINO_SPLIT_CHANNELS_BELOW)  # by rows too
+    monkeypatch.setattr(winograd_conv, "wino_rowdot_tiles", lambda cin: max_tiles)
+    monkeypatch.setattr(winograd_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", winograd_conv.WINO_SPLIT_CHANNELS_BELOW)  # by rows too
     if block_rows is not None:
-        monkeypatch.setattr(wino_conv, "WINO_SPLIT_CHANNELS_BELOW", 0)
-        monkeypatch.setattr(wino_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 0)
-        monkeypatch.setattr(wino_conv, "WINO_CHUNK_BYTES", 1)
-        monkeypatch.setattr(wino_conv, "WINO_MIN_TILES", block_rows * d)
-    wino = winograd.VARIANTS[4]
+        monkeypatch.setattr(winograd_conv, "WINO_SPLIT_CHANNELS_BELOW", 0)
+        monkeypatch.setattr(winograd_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 0)
+        monkeypatch.setattr(winograd_conv, "WINO_CHUNK_BYTES", 1)
+        monkeypatch.setattr(winograd_conv, "WINO_MIN_TILES", block_rows * d)
+    wino = winograd_tables.VARIANTS[4]
     cin, cout = 24, 40
     rng = np.random.default_rng(segments * length + d)
     w = rng.standard_normal((cout, cin, 7)).astype(np.float32)
@@ -211,9 +211,9 @@ def test_conv_wino_segments_are_separate_streams(segments, length, d, max_tiles,
         ut = g.input("u", u)
         packed = g.input("x", np.concatenate(list(xs), axis=1))  # CF [S * L, Cin]
         pt = g.input("prev", np.ascontiguousarray(prevs.transpose(1, 0, 2)))  # ne [P, S, Cin]
-        out = {"y": wino_conv.conv_wino(g.ctx, ut, packed, d, g.keep, pt, wino, segments=segments)}
+        out = {"y": winograd_conv.conv_wino(g.ctx, ut, packed, d, g.keep, pt, wino, segments=segments)}
         for s in range(segments):
-            out[f"y{s}"] = wino_conv.conv_wino(g.ctx, ut, g.input(f"x{s}", xs[s]), d, g.keep,
+            out[f"y{s}"] = winograd_conv.conv_wino(g.ctx, ut, g.input(f"x{s}", xs[s]), d, g.keep,
                                              g.input(f"p{s}", prevs[s]), wino)
         return out
 
@@ -238,8 +238,8 @@ def test_conv_wino_input_op_gives_the_same_bits(segments, length, d, max_tiles, 
     """A conv split by output channels with its input transformed in an op before (each thread a
     share of the input channels, ``conv_wino_input``) against each thread transforming all of it:
     the same bits, by row products and by the BLAS (``max_tiles`` 0)."""
-    monkeypatch.setattr(wino_conv, "wino_rowdot_tiles", lambda cin: max_tiles)
-    wino = winograd.VARIANTS[4]
+    monkeypatch.setattr(winograd_conv, "wino_rowdot_tiles", lambda cin: max_tiles)
+    wino = winograd_tables.VARIANTS[4]
     cin, cout = 40, 24
     rng = np.random.default_rng(segments * length + d)
     u = wino.weights(rng.standard_normal((7, cout, cin)).astype(np.float32))
@@ -248,13 +248,13 @@ def test_conv_wino_input_op_gives_the_same_bits(segments, length, d, max_tiles, 
     ops_seen = []
 
     def build(g):
-        y = wino_conv.conv_wino(g.ctx, g.input("u", u), g.input("x", x), d, g.keep, g.input("p", prev), wino,
+        y = winograd_conv.conv_wino(g.ctx, g.input("u", u), g.input("x", x), d, g.keep, g.input("p", prev), wino,
                               segments=segments)
         ops_seen.append(kernels.kernel_name(y.contents.src[1]))
         return {"y": y}
 
     two = _run(build, threads)["y"]
-    monkeypatch.setattr(wino_conv, "WINO_INPUT_OP", False)
+    monkeypatch.setattr(winograd_conv, "WINO_INPUT_OP", False)
     one = _run(build, threads)["y"]
     assert ops_seen == ["conv_wino_input", None]
     print(f"{segments} x {length} samples, d={d}, {threads} threads: max abs "
@@ -263,7 +263,7 @@ def test_conv_wino_input_op_gives_the_same_bits(segments, length, d, max_tiles, 
 
 
 @pytest.mark.skipif(not kernels.ROWDOT, reason="row products not built here")
-@pytest.mark.parametrize("m", sorted(winograd.VARIANTS))
+@pytest.mark.parametrize("m", sorted(winograd_tables.VARIANTS))
 @pytest.mark.parametrize("d,threads", [(1, 2), (3, 1), (9, 2)])
 def test_conv_wino_short_blocks_give_the_long_blocks_bits(m, d, threads, monkeypatch):
     """Blocks of one tile row (a streamed chunk's: the transforms by channel, all of a channel's
@@ -271,9 +271,9 @@ def test_conv_wino_short_blocks_give_the_long_blocks_bits(m, d, threads, monkeyp
     output channels split between threads (every tile in one product): the same bits, with row
     products on all sides, whose sums do not depend on the column count. Within 2e-6 of float64
     numpy too."""
-    monkeypatch.setattr(wino_conv, "wino_rowdot_tiles", lambda cin: 1 << 30)
-    monkeypatch.setattr(wino_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 1024)  # blocks of tile rows at 1500 samples
-    wino = winograd.VARIANTS[m]
+    monkeypatch.setattr(winograd_conv, "wino_rowdot_tiles", lambda cin: 1 << 30)
+    monkeypatch.setattr(winograd_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 1024)  # blocks of tile rows at 1500 samples
+    wino = winograd_tables.VARIANTS[m]
     cin, cout, length = 24, 40, 1500
     rng = np.random.default_rng(d)
     w = rng.standard_normal((cout, cin, 7)).astype(np.float32)
@@ -282,18 +282,18 @@ def test_conv_wino_short_blocks_give_the_long_blocks_bits(m, d, threads, monkeyp
     u = wino.weights(np.ascontiguousarray(w.transpose(2, 0, 1)))
 
     def build(g):
-        return {"y": wino_conv.conv_wino(g.ctx, g.input("u", u), g.input("x", x), d, g.keep, g.input("p", prev), wino)}
+        return {"y": winograd_conv.conv_wino(g.ctx, g.input("u", u), g.input("x", x), d, g.keep, g.input("p", prev), wino)}
 
     long_blocks = _run(build, threads)["y"]
-    monkeypatch.setattr(wino_conv, "WINO_MIN_TILES", 1)
-    monkeypatch.setattr(wino_conv, "WINO_CHUNK_BYTES", 1)  # one tile row per block
+    monkeypatch.setattr(winograd_conv, "WINO_MIN_TILES", 1)
+    monkeypatch.setattr(winograd_conv, "WINO_CHUNK_BYTES", 1)  # one tile row per block
     short_blocks = _run(build, threads)["y"]
     rel = _rel(short_blocks, _conv_ref(x, w, d, prev))
     print(f"F({m},7) d={d}: blocks of one tile row vs long blocks: max abs "
           f"{np.abs(short_blocks - long_blocks).max():.1e}; rel max err vs numpy {rel:.2e}")
     assert rel <= WINO_REL_MAX[m]
     assert np.array_equal(short_blocks, long_blocks)
-    monkeypatch.setattr(wino_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 1 << 20)  # split channels, the input op before
+    monkeypatch.setattr(winograd_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 1 << 20)  # split channels, the input op before
     assert np.array_equal(_run(build, threads)["y"], long_blocks)
 
 
@@ -303,9 +303,9 @@ def test_conv_wino_refuses_other_weights():
         taps = ops.new_tensor(ctx, ops.F32, (8, 8, 7))  # per-tap weights, not transformed
         x = ops.new_tensor(ctx, ops.F32, (100, 8))
         with pytest.raises(ValueError, match="planes"):
-            wino_conv.conv_wino(ctx, taps, x, 1, [])
+            winograd_conv.conv_wino(ctx, taps, x, 1, [])
         with pytest.raises(ValueError, match="kernel size 7"):
-            winograd.WINOGRAD.weights(np.zeros((3, 4, 4), np.float32))
+            winograd_tables.WINOGRAD.weights(np.zeros((3, 4, 4), np.float32))
     finally:
         ops.lib.ggml_free(ctx)
 
@@ -323,8 +323,8 @@ def _thread_count_build(kernel: str):
         xt = g.input("x", x)
         short = ops.lib.ggml_view_2d(g.ctx, xt, 100, 16, xt.contents.nb[1], 0)  # split by channels
         if kernel == "conv_wino":
-            ut = g.input("u", winograd.WINOGRAD.weights(w))
-            return {"y": wino_conv.conv_wino(g.ctx, ut, xt, 3, g.keep), "y_short": wino_conv.conv_wino(g.ctx, ut, short, 3, g.keep)}
+            ut = g.input("u", winograd_tables.WINOGRAD.weights(w))
+            return {"y": winograd_conv.conv_wino(g.ctx, ut, xt, 3, g.keep), "y_short": winograd_conv.conv_wino(g.ctx, ut, short, 3, g.keep)}
         wt = g.input("w", w)
         return {"y": kernels.conv_taps(g.ctx, wt, xt, 7, 3, g.keep),
                 "y_short": kernels.conv_taps(g.ctx, wt, short, 7, 3, g.keep)}

@@ -8,7 +8,7 @@ import pytest
 
 from pyggml_codec.backend import runtime
 from pyggml_codec.backend.binding import lib
-from pyggml_codec.backend.graph import Graph
+from pyggml_codec.backend.ggml_graph import Graph
 from pyggml_codec.errors import GraphError
 from pyggml_codec.graphs import ops
 from pyggml_codec.stream_state import aligned_zeros

@@ -9,7 +9,7 @@ import pytest
 
 from pyggml_codec.backend import runtime
 from pyggml_codec.backend.binding import lib
-from pyggml_codec.backend.graph import Graph
+from pyggml_codec.backend.ggml_graph import Graph
 from pyggml_codec.graphs import ops
 
 

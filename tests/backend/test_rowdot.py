@@ -99,7 +99,7 @@ def test_rowdot_column_thread_and_type_invariant():
 
 
 def test_rowdot_refuses_what_it_cannot_read():
-    from pyggml_codec.backend.graph import new_context
+    from pyggml_codec.backend.ggml_graph import new_context
 
     ctx = new_context(16 * ops.lib.ggml_tensor_overhead())
     try:
@@ -127,8 +127,8 @@ def test_f16_matrices_held_as_stored_decode_like_upcast(tiny_model):
     out = {}
     for matrices in ("stored", "f32"):
         with pyggml_codec.load(tiny_model.f16_path, backend="cpu", lowerings={"matrices": matrices}) as codec:
-            assert codec.plan["matrices"] == matrices
-            held = {name for name, t in codec._model.weights.items() if binding.tensor_type(t) == ops.F16}
+            assert codec.plan.matrices == matrices
+            held = {name for name, t in codec.engine.model.weights.items() if binding.tensor_type(t) == ops.F16}
             out[matrices] = codec.decode(codes)
             with codec.stream_decoder() as sd:
                 streamed = np.concatenate([sd.push(codes[:, i:i + 1]) for i in range(codes.shape[1])])

@@ -13,7 +13,7 @@ import oracle
 import pyggml_codec
 from parity import random_codes, report, signal
 from pyggml_codec.backend import kernels, runtime
-from pyggml_codec.backend.graph import Graph
+from pyggml_codec.backend.ggml_graph import Graph
 from pyggml_codec.backend import lowerings
 
 F32_REL_RMS = 1e-5  # f32 precision: float32 rounding only, whatever the lowering
@@ -44,7 +44,7 @@ def test_lowering_matches_oracle(tiny_model, name):
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings=PLANS[name]) as codec:
         audio = codec.decode(codes)
         fused = codec.decode(codes, decode_path="fused")
-        enc = codec.encode(x, return_stages=True)
+        enc = codec.encode_stages(x)
         used = dict(codec.lowerings)
     print(f"{name}: lowerings used {used}")
     rel, _ = report(f"{name} decode", audio, oracle.decode(tiny_model.model, codes))
@@ -79,10 +79,10 @@ def test_blocked_window_attention_equals_full(tiny_model, frames):
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu") as a, \
             pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"attention": "full"}) as b:
         a.decode_chunk_frames = b.decode_chunk_frames = None  # one graph: the streamed one has its own mask
-        ya, ea = a.decode(codes), a.encode(x, return_stages=True)
+        ya, ea = a.decode(codes), a.encode_stages(x)
         assert a.lowerings["quantizer.post_module.mask"] == "blocked-window"
         assert a.lowerings["quantizer.pre_module.mask"] == "blocked-window"
-        yb, eb = b.decode(codes), b.encode(x, return_stages=True)
+        yb, eb = b.decode(codes), b.encode_stages(x)
         assert b.lowerings["quantizer.post_module.mask"] == "window-mask"
     report(f"blocked vs full attention decode, {frames} frames", ya, yb)
     report(f"blocked vs full attention pre_module, {frames} frames", ea.stages["pre_module"], eb.stages["pre_module"])
@@ -107,13 +107,13 @@ def test_explicit_causal_mask_used_when_window_covers_sequence(tiny_model):
 def test_cpu_plan_and_bad_overrides(tiny_model):
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu") as codec:
         blas = kernels.BLAS is not None
-        assert codec.plan == {"mask": "diag_mask_inf", "conv_transpose": "col2im", "left_pad": "pad_ext",
+        assert codec.plan.as_dict() == {"precision": "f32", "mask": "diag_mask_inf", "conv_transpose": "col2im", "left_pad": "pad_ext",
                               "kernels": True, "attention": "blocked", "matmul": "blas" if blas else "ggml",
                               "conv": "winograd" if blas else "im2col", "quantized": "dequantize",
                               "matrices": "stored" if blas and kernels.ROWDOT else "f32", "kv": "arena",
-                              "products": "f32"}
+                              "products": "f32", "decode": "split", "decode_chunk_frames": 32}
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"kernels": False}) as codec:
-        assert (codec.plan["matmul"], codec.plan["conv"]) == ("ggml", "im2col")
+        assert (codec.plan.matmul, codec.plan.conv) == ("ggml", "im2col")
     with pytest.raises(ValueError, match="needs the compiled kernels"):
         pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"kernels": False, "conv": "taps"})
     with pytest.raises(ValueError, match="matrices='stored' in f32 precision needs"):
@@ -173,7 +173,7 @@ def test_f16_im2col_kernel_bit_identical(stride, dilation, pad, length):
                 cols = convs.im2col(g, w, g.input("x", x), stride, pad, dilation)
                 return {"cols": ops.lib.ggml_cast(g.ctx, cols, ops.F32), "w": ops.lib.ggml_cast(g.ctx, w, ops.F32)}
 
-            graph.build(build, ops.Builder(ctx=graph.ctx, precision="s2cpp", im2col_kernel=use_kernel))
+            graph.build(build, ops.Builder(ctx=graph.ctx, f16_convs=True, im2col_kernel=use_kernel))
             outs.append(graph.run()["cols"])
             assert graph.builder.lowerings["im2col"] == ("custom" if use_kernel else "ggml")
             graph.free()
@@ -214,7 +214,7 @@ def test_im2col_kernel_reads_carried_context_in_place(precision, stride, dilatio
                     cols = convs.im2col(g, w, g.input("u", np.concatenate([prev, x], axis=1)), stride, 0, dilation)
                 return {"cols": ops.lib.ggml_cast(g.ctx, cols, ops.F32) if precision == "s2cpp" else cols}
 
-            graph.build(build, ops.Builder(ctx=graph.ctx, precision=precision, im2col_kernel=True))
+            graph.build(build, ops.Builder(ctx=graph.ctx, f16_convs=precision == "s2cpp", im2col_kernel=True))
             outs.append(graph.run()["cols"])
             assert graph.builder.lowerings["im2col"] == ("custom" if in_place else "ggml")
             graph.free()
@@ -300,7 +300,7 @@ def test_per_op_profile_runs_every_node(tiny_model):
     codes = random_codes((64,) + (32,) * 9, 10, seed=6)
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu") as codec:
         want = codec.decode(codes)
-        rows = [row for graph in codec._cache.graphs.values() for row in graph.profile()]
+        rows = [row for graph in codec.engine.cached_graphs().values() for row in graph.profile()]
         np.testing.assert_array_equal(codec.decode(codes), want)
     ops_seen = {op for op, _, _ in rows}
     print(f"{len(rows)} nodes, {1000 * sum(t for _, _, t in rows):.1f} ms; ops: {sorted(ops_seen)}")

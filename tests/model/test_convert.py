@@ -249,7 +249,7 @@ def test_cli_convert_and_extract(tiny_model, tmp_path, capsys):
 def test_module_imports_without_torch(tmp_path):
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "import pyggml_codec.convert as c\n"
+        "import pyggml_codec.model.convert as c\n"
         "try:\n    c.convert_checkpoint({'encoder.x': 0}, 'x.gguf')\n"
         "except ImportError as e:\n    print(e)\n"
     )

@@ -25,7 +25,7 @@ import pyggml_codec
 from parity import random_codes, signal
 from pyggml_codec.io import dumps as diag
 from pyggml_codec.cli.diagnostics import register_cli
-from pyggml_codec.tools.compare import CompareError, CompareUsageError, compare
+from pyggml_codec.diagnostics.compare import CompareError, CompareUsageError, compare
 from pyggml_codec.io.codefiles import CodeFile, write_codes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,8 +55,8 @@ def ws(tmp_path_factory, tiny_model, codec):
     codes = random_codes(codec.config.quantizer.codebook_sizes, N_FRAMES, seed=5)
     audio = signal(N_SAMPLES, seed=6)
     out = {"dir": d, "codes": codes, "audio": audio}
-    out["wave"] = diag.dump_decode(codec, codes, d / "ours_dec.npz")
-    out["enc_codes"] = diag.dump_encode(codec, audio, d / "ours_enc.npz")
+    out["wave"] = codec.dump_decode(codes, d / "ours_dec.npz")
+    out["enc_codes"] = codec.dump_encode(audio, d / "ours_enc.npz")
     tool.make_reference_dump(tiny_model.model, codes, "decode", d / "ref_dec.npz")
     tool.make_reference_dump(tiny_model.model, audio, "encode", d / "ref_enc.npz")
     return out
@@ -98,7 +98,7 @@ def test_encode_dump_names_and_shapes(ws, codec):
     assert list(got) == list(want) and got == want
     assert diag.encode_stage_shapes(codec.config, N_SAMPLES) == want
     # time-major codec stages are transposed into (C, T), not reshaped
-    native = codec.encode(ws["audio"], return_stages=True).stages
+    native = codec.encode_stages(ws["audio"]).stages
     assert np.array_equal(dump.stages["pre_module"], native["pre_module"].T)
     assert np.array_equal(dump.stages["enc.vq3.residual"], native["enc.vq3.residual"].T)
     assert np.array_equal(dump.stages["enc.vq0.residual"], dump.stages["pre_module"])
@@ -281,7 +281,7 @@ def test_cli_compare_and_bench_through_main(ws, tiny_model, tmp_path):
 
 
 def test_bench_backends_has_the_cpu_row(tiny_model):
-    from pyggml_codec.tools.bench import bench_backends
+    from pyggml_codec.diagnostics.bench import bench_backends
 
     result = bench_backends(tiny_model.f32_path, seconds=0.1, repeats=2, n_threads=1)
     table = result.table()
@@ -300,20 +300,20 @@ def test_bench_backends_has_the_cpu_row(tiny_model):
     json.loads(result.to_json())
 
 
-def test_dump_keyword_on_encode_and_decode(tiny_model, tmp_path):
-    """codec.decode(..., dump=PATH) / encode(..., dump=PATH) write the same dumps as diagnostics."""
+def test_dump_methods_return_what_encode_and_decode_return(tiny_model, tmp_path):
+    """codec.dump_decode / dump_encode write dumps and return decode's audio and encode's codes."""
     import pyggml_codec
 
     rng = np.random.default_rng(11)
     codes = np.stack([rng.integers(0, s, 9) for s in (64,) + (32,) * 9])
     x = (0.2 * rng.standard_normal(5000)).astype(np.float32)
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu") as codec:
-        audio = codec.decode(codes, dump=tmp_path / "d.npz")
+        audio = codec.dump_decode(codes, tmp_path / "d.npz")
         np.testing.assert_array_equal(audio, codec.decode(codes))
-        got = codec.encode(x, dump=tmp_path / "e.npz")
+        got = codec.dump_encode(x, tmp_path / "e.npz")
         np.testing.assert_array_equal(got, codec.encode(x))
-        with pytest.raises(ValueError, match="dump="):
-            codec.decode(codes, dump=tmp_path / "x.npz", return_stages=True)
+        with pytest.raises(TypeError):
+            codec.decode(codes, return_stages=True)  # one return type: stages come from decode_stages
     for name in ("d.npz", "e.npz"):
         report = compare(tmp_path / name, tmp_path / name)
         assert report.ok

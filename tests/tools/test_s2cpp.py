@@ -22,7 +22,7 @@ import pytest
 
 import pyggml_codec as pc
 from pyggml_codec.backend import binding, buildinfo
-from pyggml_codec.tools import s2cpp
+from pyggml_codec.diagnostics import s2cpp
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "s2cpp"
 MODEL = GOLDEN / "tiny_f16_s0.gguf"

@@ -12,7 +12,7 @@ import pytest
 import pyggml_codec
 from pyggml_codec import GraphError
 from pyggml_codec.backend import binding, runtime
-from pyggml_codec.backend.graph import LAYOUT_OPS
+from pyggml_codec.backend.ggml_graph import LAYOUT_OPS
 from parity import random_codes, report
 
 pytestmark = pytest.mark.gpu
@@ -57,7 +57,7 @@ def _print_placement(label: str, graph) -> dict[str, dict[str, int]]:
 @pytest.fixture(scope="module")
 def reference(gpu_backend, tiny_model):
     with pyggml_codec.load(tiny_model.f32_path, backend=gpu_backend, strict_backend=True) as plain:
-        assert binding.buffer_is_weights(plain._live().buffer.buffer)
+        assert binding.buffer_is_weights(plain.engine.model.buffer.buffer)
         return plain.decode(_codes(), decode_path="fused"), plain.device_name
 
 
@@ -70,9 +70,9 @@ def test_pinned_ops_leave_the_rest_on_the_device(gpu_backend, tiny_model, refere
     with pytest.warns(RuntimeWarning, match=r"runs these ops on the CPU \(COL2IM_1D x\d+, TANH x\d+\)"):
         with pyggml_codec.load(tiny_model.f32_path, backend=gpu_backend, strict_backend=True, cpu_ops=pinned) as c:
             got = c.decode(_codes(), decode_path="fused")
-            graph = c._cache.graphs[("fused", FRAMES)]
+            graph = c.engine.cached_graphs()[("fused", FRAMES)]
             placement = _print_placement("fused decode, COL2IM_1D + TANH pinned", graph)
-            readers, off = _weight_readers(graph, c._live().buffer.buffer, pinned)
+            readers, off = _weight_readers(graph, c.engine.model.buffer.buffer, pinned)
     on_cpu, on_device = placement.get(CPU, {}), placement.get(device, {})
     n_pinned = sum(graph.cpu_nodes.values())
     assert {op for op in on_cpu if op != "(layout)"} == pinned, on_cpu
@@ -95,10 +95,10 @@ def test_pinned_products_in_the_split_path(gpu_backend, tiny_model, reference):
                                cpu_ops={"MUL_MAT"}, decode_path="split") as c:
             got = c.decode(_codes())
             for kind in ("latent", "wave"):
-                graph = c._cache.graphs[(kind, FRAMES)]
+                graph = c.engine.cached_graphs()[(kind, FRAMES)]
                 placement = _print_placement(f"split decode ({kind}), MUL_MAT pinned", graph)
                 on_cpu, on_device = placement.get(CPU, {}), placement.get(device, {})
-                readers, off = _weight_readers(graph, c._live().buffer.buffer, {"MUL_MAT"})
+                readers, off = _weight_readers(graph, c.engine.model.buffer.buffer, {"MUL_MAT"})
                 print(f"split decode ({kind}): weight-reading nodes {readers}, off the device: {off}")
                 assert on_cpu.get("MUL_MAT", 0) == graph.cpu_nodes["MUL_MAT"] and "MUL_MAT" not in on_device
                 assert readers > 0 and off == []
@@ -125,11 +125,11 @@ def test_a_failed_fused_graph_is_remembered(gpu_backend, tiny_model, caplog):
         with caplog.at_level(logging.WARNING, logger="pyggml_codec"):
             first = c.decode(_codes())
         assert f"fused decode of {FRAMES} frames failed" in caplog.text
-        assert c.failed_fused_frames == {FRAMES} and ("fused", FRAMES) not in c._cache.graphs
+        assert c.failed_fused_frames == {FRAMES} and ("fused", FRAMES) not in c.engine.cached_graphs()
         again = c.decode(_codes())
         other = c.decode(_codes(FRAMES - 4))
         assert attempts == [FRAMES, FRAMES - 4]  # no second fused attempt at FRAMES
-        assert ("fused", FRAMES - 4) in c._cache.graphs
+        assert ("fused", FRAMES - 4) in c.engine.cached_graphs()
         samples = c.config.samples_per_frame
     np.testing.assert_array_equal(first, split)
     np.testing.assert_array_equal(again, split)

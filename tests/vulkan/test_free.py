@@ -28,7 +28,7 @@ GRAPHS = """
 import sys, types
 import numpy as np
 from pyggml_codec.backend import binding, runtime
-from pyggml_codec.backend.graph import Graph
+from pyggml_codec.backend.ggml_graph import Graph
 
 lib = binding.lib
 backend = runtime.start_backend(sys.argv[1], 0, strict=True)
@@ -62,7 +62,7 @@ import pyggml_codec
 rng = np.random.default_rng(0)
 with pyggml_codec.load(sys.argv[2], backend=sys.argv[1], strict_backend=True, decode_path="split") as c:
     sizes = c.config.quantizer.codebook_sizes
-    backend = c._live().backend
+    backend = c.engine.model.backend
     codes = {n: np.stack([rng.integers(0, s, n) for s in sizes]) for n in range(8, 14)}
     first = {}
     for n in (8, 9, 10, 8, 9, 10):

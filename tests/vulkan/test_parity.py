@@ -51,10 +51,10 @@ def test_decode_fused_and_split_match_the_cpu(cpu_codecs, gpu_codecs, precision)
     codes = _codes()
     want = cpu_codecs[precision].decode(codes)
     gpu = gpu_codecs[precision]
-    assert gpu.plan["products"] == "f32", gpu.plan  # the session fixture started the device with F16 off
+    assert gpu.plan.products == "f32", gpu.plan  # the session fixture started the device with F16 off
     fused = gpu.decode(codes, decode_path="fused")
     split = gpu.decode(codes, decode_path="split")
-    assert ("fused", FRAMES) in gpu._cache.graphs and ("wave", FRAMES) in gpu._cache.graphs
+    assert ("fused", FRAMES) in gpu.engine.cached_graphs() and ("wave", FRAMES) in gpu.engine.cached_graphs()
     r_fused, _ = report(f"{gpu.device_name} {precision} fused decode vs CPU", fused, want)
     r_split, _ = report(f"{gpu.device_name} {precision} split decode vs CPU", split, want)
     assert r_fused <= DECODE_TOL[precision] and r_split <= DECODE_TOL[precision]
@@ -66,8 +66,8 @@ def test_decode_fused_and_split_match_the_cpu(cpu_codecs, gpu_codecs, precision)
 @pytest.mark.parametrize("precision", ["f32", "s2cpp"])
 def test_encode_matches_the_cpu(cpu_codecs, gpu_codecs, precision):
     x = signal(int(0.6 * 44100), seed=9)  # 13 code frames
-    want = cpu_codecs[precision].encode(x, return_stages=True)
-    got = gpu_codecs[precision].encode(x, return_stages=True)
+    want = cpu_codecs[precision].encode_stages(x)
+    got = gpu_codecs[precision].encode_stages(x)
     r_lat, _ = report(f"{precision} encode latent vs CPU", got.stages["latent"], want.stages["latent"])
     r_pre, _ = report(f"{precision} encode pre_module vs CPU", got.stages["pre_module"], want.stages["pre_module"])
     clear, ties, overall = code_agreement(got.codes, want.codes, want.margins)
@@ -84,15 +84,15 @@ def test_repeated_stage_encodes_stay_stable(gpu_codecs):
     alive: off the CPU the stage graphs are cached, not built and freed per call (freeing
     compute buffers per call aborted lavapipe processes before ``Backend.release`` parked them)."""
     x = signal(int(0.3 * 44100), seed=4)
-    first = gpu_codecs["f32"].encode(x, return_stages=True)
+    first = gpu_codecs["f32"].encode_stages(x)
     codec = gpu_codecs["f32"]
     for _ in range(4):
-        again = codec.encode(x, return_stages=True)
+        again = codec.encode_stages(x)
         np.testing.assert_array_equal(again.codes, first.codes)
         np.testing.assert_array_equal(again.stages["latent"], first.stages["latent"])
-    assert any(k[0] == "enc" and k[-1] == "stages" for k in codec._cache.graphs)
-    audio, stages = codec.decode(_codes(12), return_stages=True)
-    again, _ = codec.decode(_codes(12), return_stages=True)
+    assert any(k[0] == "enc" and k[-1] == "stages" for k in codec.engine.cached_graphs())
+    audio, stages = codec.decode_stages(_codes(12))
+    again, _ = codec.decode_stages(_codes(12))
     np.testing.assert_array_equal(again, audio)
     assert audio.shape == (12 * codec.config.samples_per_frame,) and "dec.latent" in stages
 

@@ -1,6 +1,6 @@
 """f32 means F32 on Vulkan: ggml-vulkan's F16 path (GGML_VK_DISABLE_F16 unset) rounds F32
 product inputs to F16, so a load in "f32" precision starts the device with it off, and a
-device already started with it on is reported (``codec.plan["products"]``, a warning).
+device already started with it on is reported (``codec.plan.products``, a warning).
 
 ggml-vulkan reads the switch once per device and process, so each case runs in a fresh
 child process."""
@@ -34,7 +34,7 @@ def run(precision):
                                   precision=precision)
     with codec:
         got = codec.decode(codes)
-        return {"products": codec.plan["products"], "rel_rms": rel_rms(got, want[precision]),
+        return {"products": codec.plan.products, "rel_rms": rel_rms(got, want[precision]),
                 "warnings": [str(w.message) for w in seen if "is not F32" in str(w.message)]}
 
 for i, precision in enumerate(order):

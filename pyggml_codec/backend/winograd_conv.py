@@ -11,8 +11,8 @@ import ctypes
 import numpy as np
 
 from .binding import lib
-from .kernels import _OPS, BLAS, CONV_MIN_CHANNELS, N_TASKS_MAX, ROWDOT  # the kernels' table: one build, one check
-from .winograd import WINOGRAD, Winograd
+from .kernels import OPS, BLAS, CONV_MIN_CHANNELS, N_TASKS_MAX, ROWDOT  # the kernels' table: one build, one check
+from .winograd_tables import WINOGRAD, Winograd
 
 WINO_CHUNK_BYTES = 8 << 20  # a thread block's working set (transformed input + products)
 # Threads take blocks of tile rows (m d outputs each): at least WINO_MIN_TILES tiles, and
@@ -47,7 +47,7 @@ def wino_rowdot_tiles(cin: int) -> int:
     this build (0: none)."""
     if not ROWDOT:
         return 0
-    if _OPS["rowdot"] >= 16:
+    if OPS["rowdot"] >= 16:
         return 1 << 40 if cin >= WINO_ROWDOT_MIN_CHANNELS_16 else WINO_ROWDOT_MAX_TILES_16
     return WINO_ROWDOT_MAX_TILES
 
@@ -97,12 +97,12 @@ def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = 
         nt = rows * dilation  # its tiles; floats for v's planes (rows padded) or for vt, whichever the C lays out
         floats = wino.n * max(nt * cin, cin * (-(-nt // 16) * 16 + 16) + 32)
         given = (ctypes.POINTER(lib.ggml_tensor) * (len(srcs) - 1))(*srcs[1:])
-        srcs = [u, lib.ggml_custom_4d(ctx, 0, floats, 1, 1, 1, given, len(srcs) - 1, _OPS["conv_wino_input"],
+        srcs = [u, lib.ggml_custom_4d(ctx, 0, floats, 1, 1, 1, given, len(srcs) - 1, OPS["conv_wino_input"],
                                       N_TASKS_MAX, params.ctypes.data_as(ctypes.c_void_p))]
         params = params.copy()
         params[-1] = 1
         keep.append(params)
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
-    return lib.ggml_custom_4d(ctx, 0, length * segments, cout, 1, 1, args, len(srcs), _OPS["conv_wino"],
+    return lib.ggml_custom_4d(ctx, 0, length * segments, cout, 1, 1, args, len(srcs), OPS["conv_wino"],
                               N_TASKS_MAX, params.ctypes.data_as(ctypes.c_void_p))
 

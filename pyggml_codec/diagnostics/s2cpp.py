@@ -28,8 +28,9 @@ import numpy as np
 
 from ..backend.buildinfo import isa_key  # noqa: F401  (the golden-set key, re-exported)
 from ..errors import CodecError
-from ..io.dumps import Dump
-from .compare import Report, compare
+from ..io.dumps import Dump, decode_dump, encode_dump
+from ..model.gguf_file import ModelFile
+from .compare import Report, StageResult, compare, compare_stage
 
 HARNESS_SOURCE = Path(__file__).with_name("s2cpp_harness")
 REQUIRED_FILES = ("src/s2_codec.cpp", "src/s2_log.cpp", "src/s2_model.cpp", "include/s2_codec.h", "ggml/CMakeLists.txt")
@@ -130,8 +131,6 @@ def harness_info(exe: str | os.PathLike) -> dict[str, Any]:
 def check_model_for_s2cpp(model: str | os.PathLike) -> None:
     """S2cppError for a file the C++ engine cannot run: an F32 file aborts in ggml's im2col
     (``ggml_conv_1d`` asks for F16 columns against the file's conv kernels)."""
-    from ..model.gguf_file import ModelFile
-
     mf = ModelFile.open(model)
     kinds = {t.type_name for name, t in mf.tensors.items() if name.endswith(".conv.weight") and len(t.shape) == 3}
     if "F32" in kinds:
@@ -230,8 +229,6 @@ def load_golden(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[st
 def compare_golden(path: str | os.PathLike, ours: Mapping[str, np.ndarray]) -> Report:
     """Compare this library's stages with a golden s2.cpp dump, bit for bit: whole stages by
     value (the report shows how far), digested ones by hash (and RMS, when they differ)."""
-    from .compare import StageResult, compare_stage
-
     whole, meta = load_golden(path)
     results = []
     for name in meta["order"]:
@@ -255,8 +252,10 @@ def compare_golden(path: str | os.PathLike, ours: Mapping[str, np.ndarray]) -> R
 
 def our_stages(codec, kind: str, data: np.ndarray) -> dict[str, np.ndarray]:
     """This library's stages for ``data`` in the dump layout (encode as s2.cpp pads)."""
-    from ..io.dumps import decode_stages, encode_stages
-
     if kind == "decode":
-        return decode_stages(codec, np.asarray(data, np.int32))
-    return encode_stages(codec, np.asarray(data, np.float32), sample_rate=codec.sample_rate, pad_to="frame_length")
+        codes = np.asarray(data, np.int32)
+        audio, stages = codec.decode_stages(codes)
+        return decode_dump(stages, codes, audio, codec.config)
+    x = np.asarray(data, np.float32)
+    result = codec.encode_stages(x, codec.sample_rate, pad_to="frame_length")
+    return encode_dump(result.stages, x, result.codes, codec.config, "frame_length")

@@ -26,7 +26,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .compare import code_agreement, float_metrics
+from .compare import code_agreement, float_metrics, json_safe
+from ..api import load
+from ..backend.runtime import available_backends
 from ..errors import CodecError
 
 DECODE_GRAPHS = ("latent", "wave", "fused")  # Codec graph-cache key kinds (codec.py)
@@ -54,7 +56,7 @@ class BackendRow:
     decode: Timing | None = None
     decode_path: str | None = None
     lowerings: dict[str, str] = field(default_factory=dict)
-    products: str = ""  # codec.plan["products"]: how the backend computes F32 products
+    products: str = ""  # codec.plan.products: how the backend computes F32 products
     decode_max_abs: float | None = None
     decode_rel_rms: float | None = None
     codes_agreement: float | None = None
@@ -111,9 +113,7 @@ class BenchResult:
                 "note": self.note, "ok": self.ok, "rows": rows}
 
     def to_json(self) -> str:
-        from .compare import _json_safe
-
-        return json.dumps(_json_safe(self.to_dict()), indent=2, allow_nan=False)
+        return json.dumps(json_safe(self.to_dict()), indent=2, allow_nan=False)
 
 
 def _cells(r: BackendRow) -> tuple[str, ...]:
@@ -139,14 +139,14 @@ def bench_signal(n: int, rate: int, seed: int = 0) -> np.ndarray:
 
 
 def _graph_bytes(codec, kinds: tuple[str, ...]) -> dict[str, int]:
-    graphs = codec._cache.graphs  # the codec's cached graphs (no public accessor yet)
+    graphs = codec.engine.cached_graphs()
     return {f"{k[0]}:{k[1]}": int(g.compute_bytes) for k, g in graphs.items() if k[0] in kinds}
 
 
 def _time(codec, call: Callable[[], Any], repeats: int, kinds: tuple[str, ...]) -> tuple[Any, Timing]:
     # Cold: no graph of this direction cached. Only those are dropped (none, on the first
     # measurement of a codec): on lavapipe their buffers stay parked until close (Backend.release).
-    codec._cache.discard(*[k for k in codec._cache.graphs if k[0] in kinds])
+    codec.engine.discard(*[k for k in codec.engine.cached_graphs() if k[0] in kinds])
     t0 = time.perf_counter()
     out = call()
     cold = time.perf_counter() - t0
@@ -162,12 +162,10 @@ def _time(codec, call: Callable[[], Any], repeats: int, kinds: tuple[str, ...]) 
 def _run_backend(name: str, model: Path, seconds: float, ref: dict[str, np.ndarray] | None,
                  repeats: int, precision: str, n_threads: int | None) -> tuple[BackendRow, dict[str, np.ndarray]]:
     """One backend's row; ``ref`` (None for the CPU run) holds the CPU's audio, codes and wave."""
-    from ..api import load
-
     row = BackendRow(name)
     with load(model, backend=name, strict_backend=True, precision=precision,
                            n_threads=n_threads) as codec:
-        row.device = codec._live().backend.device_name
+        row.device = codec.device_name
         rate = codec.sample_rate
         audio = bench_signal(max(1, int(round(seconds * rate))), rate) if ref is None else ref["signal"]
         codes, row.encode = _time(codec, lambda: codec.encode(audio), repeats, ENCODE_GRAPHS)
@@ -175,7 +173,7 @@ def _run_backend(name: str, model: Path, seconds: float, ref: dict[str, np.ndarr
         wave, row.decode = _time(codec, lambda: codec.decode(dec_in), repeats, DECODE_GRAPHS)
         row.decode_path = "fused" if any(k.startswith("fused:") for k in row.decode.graphs) else "split"
         row.lowerings = dict(codec.lowerings)
-        row.products = codec.plan["products"]
+        row.products = codec.plan.products
     ref = ref or {"signal": audio, "codes": codes, "audio": wave}
     m = float_metrics(ref["audio"], wave)
     row.decode_max_abs, row.decode_rel_rms = m["max_abs"], m["rel_rms"]
@@ -190,8 +188,6 @@ def bench_backends(model: str | Path, seconds: float = 2.0, repeats: int = 3, pr
     A backend that fails to load or run gets a row with ``error`` set; the CPU failing
     raises, since every delta is measured against it.
     """
-    from ..backend.runtime import available_backends
-
     if not seconds > 0 or math.isinf(seconds):
         raise ValueError(f"seconds must be > 0, got {seconds}")
     names = ["cpu"] + [b for b in (backends or available_backends()) if b != "cpu"]

@@ -28,6 +28,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import CodecError
+from ..io.dumps import Dump, is_dump, load_dump
+from ..io.codefiles import read_codes
 
 DEFAULT_TOLERANCES: dict[str, float | None] = {"rel_rms": 1e-3, "agreement": 1.0, "max_abs": None}
 METRICS = tuple(DEFAULT_TOLERANCES)
@@ -180,7 +182,7 @@ class Report:
 
     def to_json(self, indent: int | None = 2) -> str:
         """Strict JSON; non-finite numbers become the strings "inf", "-inf", "nan"."""
-        return json.dumps(_json_safe(self.to_dict()), indent=indent, allow_nan=False)
+        return json.dumps(json_safe(self.to_dict()), indent=indent, allow_nan=False)
 
 
 def _fmt(v: Any) -> str:
@@ -203,13 +205,13 @@ def _row(s: StageResult) -> tuple[str, ...]:
             snr_s, agree_s, status)
 
 
-def _json_safe(v: Any) -> Any:
+def json_safe(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
     if isinstance(v, dict):
-        return {k: _json_safe(x) for k, x in v.items()}
+        return {k: json_safe(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_json_safe(x) for x in v]
+        return [json_safe(x) for x in v]
     return v
 
 
@@ -243,7 +245,7 @@ def compare(a: Any, b: Any, tolerances: Mapping[str, Any] | None = None) -> Repo
 
     ``a``/``b``: paths (kind by content and extension: an ``.npz`` with ``__meta__`` is a
     dump, ``.npz``/``.npy``/``.s2voice`` otherwise code files, audio extensions audio) or
-    in-memory dumps (:class:`pyggml_codec.diagnostics.Dump` or ``{stage: array}``).
+    in-memory dumps (:class:`pyggml_codec.io.dumps.Dump` or ``{stage: array}``).
     Stages are matched by name and reported in A's order. Raises :class:`CompareError`
     for unreadable inputs and :class:`CompareUsageError` for inputs of different kinds.
     """
@@ -270,8 +272,6 @@ def _label(x: Any) -> str:
 
 def load_comparable(x: Any) -> tuple[str, dict[str, np.ndarray]]:
     """(kind, ordered {stage: array}) of a path or an in-memory dump."""
-    from ..io.dumps import Dump, is_dump, load_dump
-
     if isinstance(x, Dump):
         return "dump", dict(x.stages)
     if isinstance(x, Mapping):
@@ -294,17 +294,7 @@ def load_comparable(x: Any) -> tuple[str, dict[str, np.ndarray]]:
 
 def _read_code_file(path: Path) -> np.ndarray:
     try:
-        from ..io.codefiles import read_codes
-    except ImportError:  # pragma: no cover - codefiles is part of the package
-        read_codes = None
-    try:
-        if read_codes is not None:
-            return read_codes(path).codes
-        arr = np.load(path, allow_pickle=False)
-        arr = arr["codes"] if isinstance(arr, np.lib.npyio.NpzFile) else arr
-        if not np.issubdtype(arr.dtype, np.integer) or arr.ndim != 2:
-            raise ValueError(f"expected integer codes (n_codebooks, T), got {arr.dtype} {arr.shape}")
-        return arr
+        return read_codes(path).codes
     except (OSError, ValueError, KeyError, EOFError) as exc:
         text = str(exc)
         message = text if text.startswith(str(path)) else f"{path}: not a readable code file ({text})"

@@ -2,7 +2,7 @@
 
 Built exactly (``fractions``) by Toom-Cook on chosen points and infinity, for the
 correlation the convs compute: y = A ((G w) * (BT x)), m outputs from n = m + K - 1
-inputs with n products instead of m K. The compiled kernel (wino_conv.conv_wino) reads BT
+inputs with n products instead of m K. The compiled kernel (winograd_conv.conv_wino) reads BT
 and A; G transforms the weights once, at load (``Winograd.weights``). Pure numpy.
 """
 

@@ -14,12 +14,16 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFValueType
 
-from ..model import layout as layout
-from ..model.gguf_write import MetaValue as WriteMeta
-from ..model.gguf_write import TensorData, write_gguf
-from ..model.config import CodecConfig
-from ..model.gguf_file import MetaValue
-from ..model.weights import TensorSpec, expected_tensors
+from ._version import __version__
+from .api import load
+from .io.audio import write_audio
+from .io.codefiles import CodeFile, write_codes
+from .model import layout as layout
+from .model.gguf_write import MetaValue as WriteMeta
+from .model.gguf_write import TensorData, write_gguf
+from .model.config import CodecConfig
+from .model.gguf_file import MetaValue
+from .model.weights import TensorSpec, expected_tensors
 
 DEMO_ARCH = "fish-speech-codec"
 OUTPUT_GAIN = 0.005  # shrinks the decoder's last conv so tanh does not saturate (output std ~0.25)
@@ -101,11 +105,6 @@ def run_demo(args) -> int:
     """Build the demo model, encode and decode a generated signal, write the files, time it."""
     import tempfile
     import time
-
-    from .._version import __version__
-    from ..api import load
-    from ..io.audio import write_audio
-    from ..io.codefiles import CodeFile, write_codes
 
     out = Path(args.output_dir) if args.output_dir else Path(tempfile.mkdtemp(prefix="pyggml_codec_demo_"))
     existing = [out / f for f in DEMO_FILES if (out / f).exists()]
