@@ -300,9 +300,12 @@ def start_backend(requested: str, device: int = 0, strict: bool = False, f32_pro
     if requested == "cpu":
         return cpu_backend(requested, None)
     if requested == "auto" and len(available_backends()) == 1:  # auto may take the CPU, even with strict
+        # A build with GPU backends but no usable device is a fallback, said aloud; a CPU-only build
+        # has nothing to fall back from, so 'auto' is the CPU there (fallback_reason still says why).
         compiled = sorted(binding.compiled_backends())
-        reason = (f"ggml found no usable device of its GPU backend(s) {', '.join(compiled)}" if compiled
-                  else "this ggml build has no GPU backend")
+        if not compiled:
+            return cpu_backend(requested, "this ggml build has no GPU backend")
+        reason = f"ggml found no usable device of its GPU backend(s) {', '.join(compiled)}"
         warnings.warn(f"pyggml_codec: backend 'auto' found no GPU ({reason}); using CPU", RuntimeWarning, stacklevel=3)
         return cpu_backend(requested, reason)
     name = next(n for n in available_backends() if n != "cpu") if requested == "auto" else requested

@@ -32,13 +32,25 @@ def test_missing_gpu_backend_falls_back_visibly(tiny_model, name):
         pyggml_codec.load(tiny_model.f32_path, backend=name, strict_backend=True)
 
 
-def test_auto_without_gpu_falls_back_to_cpu_with_a_warning(tiny_model):
-    if len(pyggml_codec.available_backends()) > 1:
-        pytest.skip("this build has a GPU backend")
-    with pytest.warns(RuntimeWarning, match="backend 'auto' found no GPU .*using CPU"):
+def test_auto_on_a_cpu_only_build_takes_the_cpu_quietly(tiny_model, monkeypatch):
+    """A build without GPU backends has nothing to fall back from: no warning, the reason recorded."""
+    monkeypatch.setattr(runtime, "available_backends", lambda: ("cpu",))
+    monkeypatch.setattr(binding, "compiled_backends", lambda: set())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
         with pyggml_codec.load(tiny_model.f32_path, backend="auto", strict_backend=True) as codec:
             assert codec.backend_name == "cpu" and codec.device_name == "CPU"
-            assert "GPU backend" in codec.fallback_reason
+            assert codec.fallback_reason == "this ggml build has no GPU backend"
+
+
+def test_auto_with_gpu_backends_but_no_device_warns(tiny_model, monkeypatch):
+    """A GPU build whose devices are all unusable falls back to the CPU with a warning naming them."""
+    monkeypatch.setattr(runtime, "available_backends", lambda: ("cpu",))
+    monkeypatch.setattr(binding, "compiled_backends", lambda: {"vulkan"})
+    with pytest.warns(RuntimeWarning, match="backend 'auto' found no GPU .*vulkan.*using CPU"):
+        with pyggml_codec.load(tiny_model.f32_path, backend="auto", strict_backend=True) as codec:
+            assert codec.backend_name == "cpu"
+            assert "vulkan" in codec.fallback_reason
 
 
 def test_unknown_backend_names_the_choices():
