@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import InputError
 from .graphs.build import ENCODER_CTX, FUSED_CTX, QUANTIZER_CTX
-from .inputs import PAD_POLICIES, EncodeResult, check_audio, check_codes
+from .inputs import PAD_POLICIES, EncodeResult, channels_first, check_audio, check_chunk_seconds, check_codes
 from .model import vq
 from .stream_state import StreamStates
 
@@ -200,9 +200,8 @@ def encode_chunked(codec, audio, sample_rate: int | None = None, *, chunk_second
     if codec.parts == "decode":
         raise InputError("this codec was loaded with parts='decode'; encode needs parts='encode' or 'all'")
     cfg = codec.config
-    arr = np.asarray(audio)
-    if arr.ndim not in (1, 2) or arr.shape[-1] == 0:
-        check_audio(arr, cfg, sample_rate, mix)  # raises the one-shot error
+    chunk_seconds = check_chunk_seconds(chunk_seconds)
+    arr = channels_first(audio, mix)  # (n,) or (channels, n), soundfile's (n, channels) transposed
     spf = cfg.samples_per_frame
     chunk = max(1, round(chunk_seconds * cfg.sample_rate / spf)) * spf
     unit = spf if pad_to == "code_frame" else cfg.frame_length
@@ -212,7 +211,7 @@ def encode_chunked(codec, audio, sample_rate: int | None = None, *, chunk_second
     parts: dict[str, list] = {"codes": [], "margins": [], "latent": [], "pre_module": []}
     for start in range(0, total, chunk):
         stop = min(start + chunk, total)
-        x = check_audio(arr[..., start:stop], cfg, sample_rate, mix, max_seconds=None)
+        x = check_audio(arr[..., start:stop], cfg, sample_rate, mix, max_seconds=None, layout="channels_first")
         x = np.pad(x, (0, stop - start - x.shape[0]))
         with codec._lock:
             codec._live()
