@@ -112,10 +112,9 @@ def format_info(info: dict[str, Any]) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    if not args.model_file.is_file():
-        from .codec_commands import CliError
+    from .codec_commands import check_model_path
 
-        raise CliError(f"{args.model_file}: no such model file")
+    check_model_path(args.model_file)
     info = model_info(args.model_file)
     print(json.dumps(info, indent=2) if args.json else format_info(info))
     return 0 if info["loadable"] else 1
