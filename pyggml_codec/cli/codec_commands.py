@@ -27,7 +27,7 @@ from ..progress import ProgressCallback
 from ..progress import report as send
 from ..tools.corpus import (  # noqa: F401  (AUDIO_EXTENSIONS, file_sha256, to_model_rate: part of this module's face)
     AUDIO_EXTENSIONS, Audio, Summary, encode_file, file_sha256, plan_batch, read_input_audio, run_encode, to_model_rate,
-    walk,
+    walk, with_detail,
 )
 from .progress import Bars, bars_for, progress_enabled  # noqa: F401  (progress_enabled: part of this module's face)
 
@@ -136,21 +136,18 @@ def check_compatible(cf: CodeFile, cfg: CodecConfig, path: Path) -> None:
 
 def run_decode(codec: Codec, codes: np.ndarray, progress: ProgressCallback | None = None,
                detail: str = "") -> np.ndarray:
-    """One-shot decode, or the exact stream decoder past the one-shot frame limit (a backend
-    without chunked decode); ``progress`` gets "decode" reports in frames."""
+    """One-shot decode (the codec reports its "decode" progress), or the exact stream decoder
+    past the one-shot frame limit on a backend without chunked decode (reported per chunk)."""
     n = codes.shape[1]
-    send(progress, "decode", 0, n, "frames", detail)
+    progress = with_detail(progress, detail)
     if n <= MAX_DECODE_FRAMES or not hasattr(codec, "stream_decoder"):
-        wave = codec.decode(codes)
-    else:
-        parts = []
-        with codec.stream_decoder() as sd:
-            for i in range(0, n, DECODE_CHUNK_FRAMES):
-                parts.append(sd.push(codes[:, i:i + DECODE_CHUNK_FRAMES]))
-                send(progress, "decode", min(i + DECODE_CHUNK_FRAMES, n), n, "frames", detail)
-        wave = np.concatenate(parts)
-    send(progress, "decode", n, n, "frames", detail)
-    return wave
+        return codec.decode(codes, progress=progress)
+    parts = []
+    with codec.stream_decoder() as sd:
+        for i in range(0, n, DECODE_CHUNK_FRAMES):
+            parts.append(sd.push(codes[:, i:i + DECODE_CHUNK_FRAMES]))
+            send(progress, "decode", min(i + DECODE_CHUNK_FRAMES, n), n, "frames")
+    return np.concatenate(parts)
 
 
 # --------------------------------------------------------------------------- one file

@@ -10,7 +10,7 @@ import hashlib
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +21,7 @@ from ..inputs import MAX_ENCODE_SECONDS
 from ..io.audio import read_audio, resample
 from ..io.codefiles import CodeFile, write_codes
 from ..model.config import CodecConfig
-from ..progress import ProgressCallback, report
+from ..progress import ProgressCallback
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff", ".au", ".caf", ".w64", ".rf64")
 ENCODE_CHUNK_SECONDS = 10.0
@@ -62,18 +62,21 @@ def to_model_rate(audio: Audio, cfg: CodecConfig, method: str) -> np.ndarray:
     return resample(audio.samples, audio.rate, cfg.sample_rate, method)
 
 
+def with_detail(progress: ProgressCallback | None, detail: str) -> ProgressCallback | None:
+    """``progress`` with ``detail`` (a file name) filled into reports that carry none."""
+    if progress is None or not detail:
+        return progress
+    return lambda p: progress(p if p.detail else replace(p, detail=detail))
+
+
 def run_encode(codec: Codec, x: np.ndarray, pad_to: str, progress: ProgressCallback | None = None,
                detail: str = "") -> np.ndarray:
     """One-shot encode, or the chunked one (same codes) past the one-shot length limit.
-    ``progress`` gets "encode" reports in frames."""
-    frames = -(-x.shape[0] // codec.config.samples_per_frame)
-    report(progress, "encode", 0, frames, "frames", detail)
+    ``progress`` gets the codec's "encode" reports, with ``detail`` (the file name)."""
+    progress = with_detail(progress, detail)
     if x.shape[0] > MAX_ENCODE_SECONDS * codec.config.sample_rate and hasattr(codec, "encode_chunked"):
-        codes = codec.encode_chunked(x, chunk_seconds=ENCODE_CHUNK_SECONDS, pad_to=pad_to)
-    else:
-        codes = codec.encode(x, pad_to=pad_to)
-    report(progress, "encode", codes.shape[1], codes.shape[1], "frames", detail)
-    return codes
+        return codec.encode_chunked(x, chunk_seconds=ENCODE_CHUNK_SECONDS, pad_to=pad_to, progress=progress)
+    return codec.encode(x, pad_to=pad_to, progress=progress)
 
 
 def encode_file(codec: Codec, audio: Audio, dst: Path, *, sha: str, pad_to: str = "code_frame",
