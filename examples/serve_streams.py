@@ -24,11 +24,12 @@ import numpy as np
 import pyggml_codec
 from pyggml_codec.demo import build_demo_model
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))  # the first paragraph
 parser.add_argument("--model", type=Path, help="codec GGUF (default: build the tiny demo model)")
-parser.add_argument("--voices", type=int, default=4, help="utterances generated at once")
-parser.add_argument("--frames", type=int, default=24, help="frames per utterance (about 46 ms each)")
-parser.add_argument("--frame-ms", type=float, default=30.0, help="a producer's time per frame")
+parser.add_argument("--voices", type=int, default=4, help="utterances generated at once (default: %(default)s)")
+parser.add_argument("--frames", type=int, default=24,
+                    help="frames per utterance, about 46 ms each (default: %(default)s)")
+parser.add_argument("--frame-ms", type=float, default=30.0, help="a producer's time per frame (default: %(default)s)")
 args = parser.parse_args()
 
 END = None

@@ -98,9 +98,74 @@ def _check_rate(sample_rate, cfg: CodecConfig) -> None:
         )
 
 
+MAX_CHANNELS = 64  # a 2-D array's channel axis has at most this many entries
+
+LAYOUT_RULE = (
+    "a 2-D array is (channels, n) or (n, channels), as soundfile.read gives it: an axis of length 1 "
+    f"is the channel axis (mono); otherwise the channel axis is the one of at most {MAX_CHANNELS} "
+    "entries while the other is longer"
+)
+
+
+def channel_axis(shape: tuple[int, ...]) -> int | None:
+    """The channel axis of audio of ``shape``: None for 1-D, 0 for ``(channels, n)``, 1 for
+    ``(n, channels)``. The rule (``LAYOUT_RULE``): an axis of length 1 is the channel axis (mono);
+    otherwise it is the axis of at most ``MAX_CHANNELS`` entries while the other is longer.
+    A shape where both axes or neither fit is an InputError naming both readings.
+    """
+    if len(shape) == 1:
+        return None
+    a, b = shape
+    if a == 1 or b == 1:
+        return 0 if a == 1 else 1
+    fits = [n <= MAX_CHANNELS for n in shape]
+    if fits[0] != fits[1]:
+        return 0 if fits[0] else 1
+    why = (f"both have at most {MAX_CHANNELS} channels" if fits[0]
+           else f"neither has at most {MAX_CHANNELS} channels")
+    raise InputError(
+        f"audio of shape {shape} cannot be read: as (channels, n) it is {a} channels of {b} samples, "
+        f"as (n, channels) {a} samples of {b} channels, and {why}; pass mono (n,) audio, or more "
+        f"than {MAX_CHANNELS} samples on one axis and at most {MAX_CHANNELS} channels on the other"
+    )
+
+
+def channels_first(audio, mix: str | None = None) -> np.ndarray:
+    """``audio`` as an array ``(n,)`` or ``(channels, n)`` (a view, no copy) with its dtype, rank,
+    emptiness and layout checked; ``(n, channels)`` input (soundfile's layout) is transposed.
+    ``mix=None`` refuses more than one channel; ``mix="mean"`` accepts any count."""
+    if mix not in (None, "mean"):
+        raise ValueError(f"mix must be None or 'mean', got {mix!r}")
+    arr = _as_array(audio, "audio")
+    if arr.dtype not in (np.float32, np.float64, np.int16):
+        raise InputError(f"audio must be float32, float64 or int16, got dtype {arr.dtype}")
+    if arr.ndim not in (1, 2):
+        raise InputError(f"audio must be 1-D (n,) or 2-D (channels, n) or (n, channels), got shape {arr.shape}")
+    if arr.size == 0:
+        if arr.ndim == 2 and arr.shape[0] == 0 and arr.shape[1] > 1:
+            raise InputError(f"audio has 0 channels (shape {arr.shape})")
+        raise InputError(f"audio is empty (shape {arr.shape})")
+    shape, axis = arr.shape, channel_axis(arr.shape)
+    if axis is None:
+        return arr
+    if axis == 1:
+        arr = arr.T
+    if arr.shape[0] != 1 and mix != "mean":
+        layout = "(n, channels)" if axis == 1 else "(channels, n)"
+        raise InputError(f"audio has {arr.shape[0]} channels (shape {shape}, read as {layout}); "
+                         "downmix first or pass mix='mean'")
+    return arr
+
+
 def check_audio(audio, cfg: CodecConfig, sample_rate: int | None, mix: str | None,
-                max_seconds: float | None = MAX_ENCODE_SECONDS) -> np.ndarray:
+                max_seconds: float | None = MAX_ENCODE_SECONDS, *, layout: str = "auto") -> np.ndarray:
     """Audio as contiguous float32 ``(n,)``: dtype, rank, channels, rate and values checked.
+
+    Accepted layouts: ``(n,)``, ``(channels, n)`` and soundfile's ``(n, channels)``; the rule
+    that tells the two 2-D layouts apart is ``LAYOUT_RULE`` (:func:`channel_axis`), and a
+    shape it cannot tell is an InputError naming both readings. ``mix="mean"`` averages the
+    channel axis only. ``layout="channels_first"``: ``audio`` is already ``(n,)`` or
+    ``(channels, n)`` (a piece of :func:`channels_first`'s result), so no rule applies.
 
     Every check that needs no copy (dtype, rank, channels, length) comes before the first
     conversion, so a huge or malformed array is refused without allocating anything.
@@ -108,16 +173,17 @@ def check_audio(audio, cfg: CodecConfig, sample_rate: int | None, mix: str | Non
     if mix not in (None, "mean"):
         raise ValueError(f"mix must be None or 'mean', got {mix!r}")
     _check_rate(sample_rate, cfg)
-    arr = _as_array(audio, "audio")
-    if arr.dtype not in (np.float32, np.float64, np.int16):
-        raise InputError(f"audio must be float32, float64 or int16, got dtype {arr.dtype}")
-    if arr.ndim not in (1, 2):
-        raise InputError(f"audio must be 1-D (n,) or 2-D (channels, n), got shape {arr.shape}")
-    if arr.ndim == 2 and (arr.shape[0] == 0 or (arr.shape[0] != 1 and mix != "mean")):
-        raise InputError(f"audio has {arr.shape[0]} channels (shape {arr.shape}); downmix first or pass mix='mean'")
+    if layout == "channels_first":
+        arr = np.asarray(audio)
+        if arr.ndim == 2 and arr.shape[0] != 1 and mix != "mean":
+            raise InputError(f"audio has {arr.shape[0]} channels; downmix first or pass mix='mean'")
+        if arr.size == 0:
+            raise InputError("audio is empty")
+    elif layout == "auto":
+        arr = channels_first(audio, mix)
+    else:
+        raise ValueError(f"layout must be 'auto' or 'channels_first', got {layout!r}")
     n = arr.shape[-1]
-    if n == 0:
-        raise InputError("audio is empty")
     if max_seconds is not None and n > max_seconds * cfg.sample_rate:
         raise InputError(
             f"{n / cfg.sample_rate:.1f} s of audio exceeds the one-shot encode limit of "
@@ -130,3 +196,14 @@ def check_audio(audio, cfg: CodecConfig, sample_rate: int | None, mix: str | Non
     if not np.all(np.isfinite(arr)):
         raise InputError(f"audio contains {int(np.count_nonzero(~np.isfinite(arr)))} NaN or Inf samples")
     return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def check_chunk_seconds(chunk_seconds) -> float:
+    """``encode_chunked``'s ``chunk_seconds``: a finite number > 0 (it is rounded to whole code
+    frames, at least one); InputError otherwise."""
+    if isinstance(chunk_seconds, bool) or not isinstance(chunk_seconds, (int, float, np.integer, np.floating)):
+        raise InputError(f"chunk_seconds must be a number of seconds > 0, got {chunk_seconds!r}")
+    value = float(chunk_seconds)
+    if not (value > 0 and np.isfinite(value)):
+        raise InputError(f"chunk_seconds must be a finite number of seconds > 0, got {chunk_seconds!r}")
+    return value

@@ -23,7 +23,7 @@ import numpy as np
 
 from .engine import Engine
 from .errors import InputError
-from .inputs import PAD_POLICIES, EncodeResult, check_audio, check_codes
+from .inputs import PAD_POLICIES, EncodeResult, channels_first, check_audio, check_chunk_seconds, check_codes
 from .progress import ProgressCallback, report
 from .stream_state import StreamSlot
 
@@ -184,9 +184,8 @@ def encode_chunked(engine: Engine, audio, sample_rate: int | None = None, *, chu
     if pad_to not in PAD_POLICIES:
         raise ValueError(f"pad_to must be one of {PAD_POLICIES}, got {pad_to!r}")
     cfg = engine.config
-    arr = np.asarray(audio)
-    if arr.ndim not in (1, 2) or arr.shape[-1] == 0:
-        check_audio(arr, cfg, sample_rate, mix)  # raises the one-shot error
+    chunk_seconds = check_chunk_seconds(chunk_seconds)
+    arr = channels_first(audio, mix)  # (n,) or (channels, n), soundfile's (n, channels) transposed
     spf = cfg.samples_per_frame
     chunk = max(1, round(chunk_seconds * cfg.sample_rate / spf)) * spf
     unit = spf if pad_to == "code_frame" else cfg.frame_length
@@ -196,7 +195,7 @@ def encode_chunked(engine: Engine, audio, sample_rate: int | None = None, *, chu
     parts: dict[str, list] = {"codes": [], "margins": [], "latent": [], "pre_module": []}
     for start in range(0, total, chunk):
         stop = min(start + chunk, total)
-        x = check_audio(arr[..., start:stop], cfg, sample_rate, mix, max_seconds=None)
+        x = check_audio(arr[..., start:stop], cfg, sample_rate, mix, max_seconds=None, layout="channels_first")
         x = np.pad(x, (0, stop - start - x.shape[0]))
         with engine.lock:
             engine.check_open()

@@ -33,10 +33,22 @@ def _positive(text: str) -> float:
     return value
 
 
-def register_cli(subparsers) -> None:
-    """Add ``compare`` and ``bench-backends`` to an argparse ``_SubParsersAction``."""
+def _json_options(p: argparse.ArgumentParser, what: str) -> None:
+    """``--json`` (print JSON to stdout, as in every command) and ``--json-out FILE``; ``--json FILE``,
+    the spelling of earlier releases, still writes FILE."""
+    p.add_argument("--json", nargs="?", const=True, default=None, metavar="FILE",
+                   help=f"print the {what} as JSON to stdout instead of the table (--json FILE, the earlier "
+                        "spelling, writes FILE as --json-out does; put it after the positional arguments)")
+    p.add_argument("--json-out", type=Path, default=None, metavar="FILE",
+                   help=f"also write the {what} as JSON to FILE (default: no file)")
+
+
+def register_cli(subparsers, parents: list | tuple = ()) -> None:
+    """Add ``compare``, ``bench-backends`` and ``s2cpp-compare`` to an argparse ``_SubParsersAction``;
+    ``parents``: the CLI's common options (``-q``, ``-v``)."""
+    parents = list(parents)
     cmp_ = subparsers.add_parser(
-        "compare", help="compare two dumps, code files or audio files stage by stage",
+        "compare", parents=parents, help="compare two dumps, code files or audio files stage by stage",
         description="Compare B against the reference A. Exit 0 within tolerance, 1 past it "
                     "(or an unreadable file), 2 for a usage error (e.g. files of different kinds).")
     cmp_.add_argument("a", type=Path, metavar="A", help="reference: dump .npz, code file, or audio file")
@@ -45,41 +57,65 @@ def register_cli(subparsers) -> None:
     cmp_.add_argument("--max-abs", type=_non_negative, default=None, help="also limit max |A-B| (default: unchecked)")
     cmp_.add_argument("--agreement", type=_non_negative, default=None,
                       help="least fraction of equal codes per codebook (default 1.0)")
-    cmp_.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the report as JSON")
-    cmp_.add_argument("-q", "--quiet", action="store_true", help="print only the verdict line")
+    _json_options(cmp_, "report")
+    cmp_.add_argument("--brief", action="store_true",
+                      help="print only the verdict line (what -q printed in 0.1; -q now prints nothing)")
     cmp_.set_defaults(func=cmd_compare)
 
     bench = subparsers.add_parser(
-        "bench-backends", help="time decode and encode on every available backend",
+        "bench-backends", parents=parents, help="time decode and encode on every available backend",
         description="Run the same decode and encode on each backend of this ggml build: cold call "
                     "(graph build + first compute), warm median, compute memory, lowerings, and "
                     "deltas against the CPU result.")
     bench.add_argument("-m", "--model", type=Path, required=True, help="codec GGUF")
-    bench.add_argument("--seconds", type=_positive, default=2.0, help="test signal length (default 2)")
-    bench.add_argument("--repeats", type=int, default=3, help="warm runs per measurement (median; default 3)")
-    bench.add_argument("--precision", choices=("f32", "s2cpp"), default="f32", help="codec precision (default f32)")
+    bench.add_argument("--seconds", type=_positive, default=2.0, help="test signal length (default: %(default)s)")
+    bench.add_argument("--repeats", type=int, default=3, help="warm runs per measurement, median (default: %(default)s)")
+    bench.add_argument("--precision", choices=("f32", "s2cpp"), default="f32", help="codec precision (default: %(default)s)")
     bench.add_argument("--threads", type=int, default=None, help="CPU threads (default: usable cores)")
-    bench.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the results as JSON")
+    _json_options(bench, "results")
     bench.set_defaults(func=cmd_bench_backends)
 
     s2 = subparsers.add_parser(
-        "s2cpp-compare", help="compare the s2cpp precision with your s2.cpp build, stage by stage",
+        "s2cpp-compare", parents=parents, help="compare the s2cpp precision with your s2.cpp build, stage by stage",
         description="Build this package's harness against an s2.cpp source tree (cached), run s2.cpp's "
                     "codec and this library (precision s2cpp, CPU) on the same codes and audio, and "
                     "compare every stage bit for bit, s2.cpp as the reference. Exit 0 when identical, "
                     "1 when a stage differs (the first is named) or the comparison cannot run.")
     s2.add_argument("s2cpp", type=Path, metavar="S2CPP_DIR", help="an s2.cpp checkout with its ggml submodule")
     s2.add_argument("-m", "--model", type=Path, required=True, help="an F16 codec GGUF that s2.cpp loads")
-    s2.add_argument("--frames", type=int, default=16, help="length of the generated test input (default 16)")
+    s2.add_argument("--frames", type=int, default=16, help="length of the generated test input (default: %(default)s)")
     s2.add_argument("--codes", type=Path, default=None, help="decode these codes (a code file) instead")
     s2.add_argument("--audio", type=Path, default=None, help="encode this audio file instead")
-    s2.add_argument("--only", choices=("decode", "encode"), default=None, help="one direction only")
+    s2.add_argument("--only", choices=("decode", "encode"), default=None, help="one direction only (default: both)")
     s2.add_argument("--threads", type=int, default=None, help="CPU threads on both sides (default: usable cores)")
     s2.add_argument("--cmake-arg", action="append", default=[], metavar="ARG",
-                    help="passed to the harness's cmake configure, e.g. --cmake-arg=-DGGML_NATIVE=OFF")
+                    help="passed to the harness's cmake configure, e.g. --cmake-arg=-DGGML_NATIVE=OFF "
+                         "(repeatable; default: none)")
     s2.add_argument("--build-dir", type=Path, default=None, help="harness build folder (default: a cache)")
-    s2.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the reports as JSON")
+    _json_options(s2, "reports")
     s2.set_defaults(func=cmd_s2cpp_compare)
+
+
+def _json_stdout(args: argparse.Namespace) -> bool:
+    return args.json is True
+
+
+def _json_file(args: argparse.Namespace) -> Path | None:
+    """``--json-out FILE``, or ``--json FILE`` (the earlier spelling); both given is a usage error."""
+    legacy = Path(args.json) if isinstance(args.json, str) else None
+    if legacy is not None and args.json_out is not None:
+        raise _Usage("--json FILE and --json-out FILE both name a file; use --json-out")
+    return args.json_out if args.json_out is not None else legacy
+
+
+class _Usage(Exception):
+    pass
+
+
+def _say(args: argparse.Namespace, text: str) -> None:
+    """Print ``text`` unless ``-q``."""
+    if not getattr(args, "quiet", False):
+        print(text)
 
 
 def _error(message: str, status: int) -> int:
@@ -94,6 +130,10 @@ def _tolerances_from(args: argparse.Namespace) -> dict[str, float]:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """``compare A B``: print the table; 0 within tolerance, 1 past it or unreadable, 2 usage."""
+    try:
+        json_file = _json_file(args)
+    except _Usage as exc:
+        return _error(str(exc), 2)
     for p in (args.a, args.b):
         if not Path(p).is_file():
             return _error(f"{p}: no such file", 1)
@@ -103,8 +143,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return _error(str(exc), 2)
     except (CodecError, OSError, ValueError) as exc:
         return _error(str(exc) or type(exc).__name__, 1)
-    print(report.verdict() if getattr(args, "quiet", False) else report.table())
-    if not _write_json(args.json, report.to_json):
+    _say(args, report.to_json() if _json_stdout(args) else report.verdict() if args.brief else report.table())
+    if not _write_json(json_file, report.to_json):
         return 1
     return 0 if report.ok else 1
 
@@ -113,23 +153,40 @@ def cmd_bench_backends(args: argparse.Namespace) -> int:
     """``bench-backends -m MODEL``: print the table (and write JSON); 0 when every backend ran."""
     from ..diagnostics.bench import bench_backends
 
-    if not Path(args.model).is_file():
-        return _error(f"{args.model}: no such model file", 1)
+    try:
+        json_file = _json_file(args)
+    except _Usage as exc:
+        return _error(str(exc), 2)
     if args.repeats < 1:
         return _error(f"--repeats must be >= 1, got {args.repeats}", 2)
+    if not _model_ok(args.model):
+        return 1
     try:
         result = bench_backends(args.model, seconds=args.seconds, repeats=args.repeats,
                                 precision=args.precision, n_threads=args.threads)
     except (CodecError, OSError, ValueError) as exc:
         return _error(str(exc) or type(exc).__name__, 1)
-    print(result.table())
-    if not _write_json(args.json, result.to_json):
+    _say(args, result.to_json() if _json_stdout(args) else result.table())
+    if not _write_json(json_file, result.to_json):
         return 1
     return 0 if result.ok else 1
 
 
+def _model_ok(path: Path) -> bool:
+    """The model file check every command shares (codec_commands.check_model_path); False with
+    the error printed."""
+    from .codec_commands import CliError, check_model_path
+
+    try:
+        check_model_path(Path(path))
+    except CliError as exc:
+        _error(str(exc), 1)
+        return False
+    return True
+
+
 def _write_json(path: Path | None, to_json) -> bool:
-    """Write ``to_json()`` to ``path`` (``--json``, if given); False (error printed) when it cannot."""
+    """Write ``to_json()`` to ``path`` (``--json-out``, if given); False (error printed) when it cannot."""
     if path is None:
         return True
     try:
@@ -175,10 +232,15 @@ def cmd_s2cpp_compare(args: argparse.Namespace) -> int:
     from ..api import load
     from ..diagnostics import s2cpp
 
+    try:
+        json_file = _json_file(args)
+    except _Usage as exc:
+        return _error(str(exc), 2)
     if args.frames < 1 or (args.threads is not None and args.threads < 1):
         return _error("--frames and --threads must be >= 1", 2)
-    if not Path(args.model).is_file():
-        return _error(f"{args.model}: no such model file", 1)
+    if not _model_ok(args.model):
+        return 1
+    text = sys.stderr if _json_stdout(args) else sys.stdout  # stdout holds only the JSON with --json
     try:
         s2cpp.check_model_for_s2cpp(args.model)
         exe = s2cpp.build_harness(args.s2cpp, args.build_dir, args.cmake_arg)
@@ -189,18 +251,25 @@ def cmd_s2cpp_compare(args: argparse.Namespace) -> int:
         for w in caught:
             print(f"{PROG}: warning: {w.message}", file=sys.stderr)
         with codec:
-            print(f"s2.cpp harness: ggml {info.get('ggml_commit')} ({s2cpp.isa_key(info)}, llamafile "
-                  f"{'on' if info.get('llamafile') else 'off'}); this library: {codec.backend_name}, "
-                  f"{codec.n_threads} thread(s)")
+            if not getattr(args, "quiet", False):
+                print(f"s2.cpp harness: ggml {info.get('ggml_commit')} ({s2cpp.isa_key(info)}, llamafile "
+                      f"{'on' if info.get('llamafile') else 'off'}); this library: {codec.backend_name}, "
+                      f"{codec.n_threads} thread(s)", file=text)
             reports = {}
             for kind, data in _s2cpp_inputs(args, codec).items():
                 report = s2cpp.compare_with_s2cpp(codec, kind, data, exe=exe, model=args.model,
                                                   threads=codec.n_threads)
                 reports[kind] = report
-                print(f"\n== {kind}\n{report.table()}")
+                if not getattr(args, "quiet", False) and not _json_stdout(args):
+                    print(f"\n== {kind}\n{report.table()}")
     except (CodecError, OSError, ValueError) as exc:
         return _error(str(exc) or type(exc).__name__, 1)
-    if not _write_json(args.json, lambda: json.dumps({k: json.loads(r.to_json()) for k, r in reports.items()},
-                                                      indent=2)):
+
+    def as_json() -> str:
+        return json.dumps({k: json.loads(r.to_json()) for k, r in reports.items()}, indent=2)
+
+    if _json_stdout(args):
+        _say(args, as_json())
+    if not _write_json(json_file, as_json):
         return 1
     return 0 if all(r.ok for r in reports.values()) else 1

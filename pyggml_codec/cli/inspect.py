@@ -131,10 +131,9 @@ def format_plans(plans: dict[str, dict[str, Any]]) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    if not args.model_file.is_file():
-        from .codec_commands import CliError
+    from .codec_commands import check_model_path
 
-        raise CliError(f"{args.model_file}: no such model file")
+    check_model_path(args.model_file)
     info = model_info(args.model_file)
     plans = cpu_plans()
     print(json.dumps({**info, "cpu_plans": plans}, indent=2) if args.json else

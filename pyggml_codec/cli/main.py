@@ -27,8 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._version import __version__
-from .codec_commands import USER_ERRORS, CliError, cmd_decode, cmd_encode, cmd_roundtrip
+from .codec_commands import USER_ERRORS, CliError, check_model_path, check_output, cmd_decode, cmd_encode, cmd_roundtrip
 from .inspect import cmd_backends, cmd_doctor, cmd_info
+from .progress import add_progress_option, bars_for
 from ..inputs import PAD_POLICIES
 from ..plan import PRECISIONS
 from ..io.codefiles import EXTENSIONS as CODE_EXTENSIONS
@@ -62,61 +63,83 @@ def _common_parent() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("output")
     g.add_argument("-q", "--quiet", action="store_true", help="no summary or progress (errors and warnings stay)")
-    g.add_argument("-v", "--verbose", action="count", default=0, help="per-file lines and library logs; -vv: tracebacks")
+    g.add_argument("-v", "--verbose", action="count", default=0,
+                   help="per-file lines and library logs; -vv: tracebacks (default: neither)")
+    return p
+
+
+def _progress_parent() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    add_progress_option(p.add_argument_group("progress"))
     return p
 
 
 def _backend_parent() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("backend")
-    g.add_argument("--backend", choices=BACKEND_NAMES, default="auto", help="ggml backend (default auto: a GPU if any)")
-    g.add_argument("--device", type=int, default=0, help="device index within the backend (default 0)")
+    g.add_argument("--backend", choices=BACKEND_NAMES, default="auto",
+                   help="ggml backend (default: %(default)s, a GPU if any)")
+    g.add_argument("--device", type=int, default=0, help="device index within the backend (default: %(default)s)")
     g.add_argument("--threads", type=_positive_int, default=None, help="CPU threads (default: usable cores)")
     g.add_argument("--precision", choices=PRECISIONS, default="f32",
-                   help="f32 (exact reference, default) or s2cpp (F16 conv inputs, as the C++ engine)")
+                   help="f32 (exact reference) or s2cpp (F16 conv inputs, as the C++ engine) (default: %(default)s)")
     g.add_argument("--strict-backend", action="store_true", help="fail instead of falling back to CPU")
-    g.add_argument("--pad-to", choices=PAD_POLICIES, default="code_frame",
-                   help="encode padding: code_frame (upstream, default) or frame_length (C++ engine)")
-    g.add_argument("--force", action="store_true", help="overwrite existing outputs")
     return p
+
+
+def _pad_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pad-to", choices=PAD_POLICIES, default="code_frame",
+                   help="encode padding: code_frame (upstream) or frame_length (C++ engine) (default: %(default)s)")
+
+
+def _force_option(p: argparse.ArgumentParser, what: str = "existing outputs") -> None:
+    p.add_argument("--force", action="store_true", help=f"overwrite {what}")
 
 
 def _model_parent() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("-m", "--model", type=Path, required=True, help="codec GGUF (fish-speech-codec or merged fish-speech)")
-    p.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
     return p
 
 
 def _audio_options(p: argparse.ArgumentParser, reads: bool, writes: bool) -> None:
     if reads:
         p.add_argument("--resample", choices=("soxr", "linear"), default="soxr",
-                       help="for input not at the model's rate: soxr (high quality, default) or linear (C++ engine)")
+                       help="for input not at the model's rate: soxr (high quality) or linear (C++ engine) "
+                            "(default: %(default)s)")
+        p.add_argument("--allow-truncated", action="store_true",
+                       help="encode what a truncated audio file holds, with a warning, instead of refusing it")
+        _pad_option(p)
     if writes:
         p.add_argument("--subtype", choices=("float", "pcm16"), default="float",
-                       help="output samples: 32-bit float (default) or 16-bit PCM")
+                       help="output samples: 32-bit float or 16-bit PCM (default: %(default)s)")
+    _force_option(p)
 
 
 def _add_codec_commands(sub, parents: list) -> None:
     enc = sub.add_parser("encode", parents=parents, help="audio file (or directory) -> code file(s)",
-                         description="Encode audio to codes. Output kind by extension: " + ", ".join(CODE_EXTENSIONS))
+                         description="Encode audio to codes. Output kind by extension: " + ", ".join(CODE_EXTENSIONS)
+                         + "; a directory is mirrored into an output directory, one code file per audio file.")
     enc.add_argument("input", type=Path, help="audio file (any libsndfile format) or a directory of them")
     enc.add_argument("-o", "--output", type=Path, required=True, help="code file, or a directory in directory mode")
     enc.add_argument("--transcript", default=None, help="text stored with the codes (.s2voice, .npz)")
-    enc.add_argument("--format", choices=("npz", "npy", "s2voice"), default="npz", help="directory mode output kind")
+    enc.add_argument("--format", choices=("npz", "npy", "s2voice"), default="npz",
+                     help="directory mode output kind (default: %(default)s)")
     ray = enc.add_argument_group("corpus on Ray Data (directory mode; pip install 'pyggml_codec[ray]')")
     ray.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                      help="encode the directory on Ray: a local Ray without ADDRESS, else join the cluster there "
                           "(write --ray=ADDRESS before the input); writes OUTDIR/manifest.parquet; one job per OUTDIR")
     ray.add_argument("--actors", type=_positive_int, default=1,
-                     help="actors, each holding one codec with --threads CPU threads (default 1 thread)")
-    ray.add_argument("--gpus-per-actor", type=float, default=0.0, help="GPUs per actor (with --backend cuda etc.)")
+                     help="actors, each holding one codec with --threads CPU threads (default: %(default)s actor, "
+                          "1 thread)")
+    ray.add_argument("--gpus-per-actor", type=float, default=0.0,
+                     help="GPUs per actor, with --backend cuda etc. (default: %(default)s)")
     _audio_options(enc, reads=True, writes=False)
     enc.set_defaults(func=cmd_encode)
 
     dec = sub.add_parser("decode", parents=parents, help="code file (or directory) -> audio file(s)",
                          description="Decode codes to audio at the model's rate, trimmed to the original length "
-                         "when the code file records it.")
+                         "when the code file records it; a directory is mirrored into an output directory.")
     dec.add_argument("input", type=Path, help="code file (.npz, .npy, .s2voice) or a directory of them")
     dec.add_argument("-o", "--output", type=Path, required=True, help="audio file (.wav, .flac, ...) or a directory")
     dec.add_argument("--no-trim", action="store_true", help="keep the padding of the last code frame")
@@ -131,46 +154,66 @@ def _add_codec_commands(sub, parents: list) -> None:
     rt.set_defaults(func=cmd_roundtrip)
 
 
-def _add_tool_commands(sub, common, backend) -> None:
-    info = sub.add_parser("info", parents=[common], help="describe a codec GGUF (no weights loaded)")
-    info.add_argument("model_file", type=Path, metavar="MODEL.gguf")
-    info.add_argument("--json", action="store_true", help="machine-readable output")
+def _json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON to stdout instead of text")
+
+
+def _add_tool_commands(sub, common, backend, progress) -> None:
+    info = sub.add_parser("info", parents=[common], help="describe a codec GGUF (no weights loaded)",
+                          description="Describe a codec GGUF: configuration, tensors, bytes per part, dtypes, "
+                                      "quantization, and whether it loads. Reads the header only. Exit 1 when "
+                                      "the file would not load.")
+    info.add_argument("model_file", type=Path, metavar="MODEL.gguf", help="codec GGUF, merged or codec-only")
+    _json_flag(info)
     info.set_defaults(func=cmd_info)
 
-    be = sub.add_parser("backends", parents=[common], help="list ggml backends and devices")
-    be.add_argument("--json", action="store_true", help="machine-readable output")
+    be = sub.add_parser("backends", parents=[common], help="list ggml backends and devices",
+                        description="List the ggml backends of this build and their devices, with memory.")
+    _json_flag(be)
     be.set_defaults(func=cmd_backends)
 
-    doc = sub.add_parser("doctor", parents=[common], help="what this install runs: ggml build, kernels, BLAS")
-    doc.add_argument("--json", action="store_true", help="machine-readable output")
+    doc = sub.add_parser("doctor", parents=[common], help="what this install runs: ggml build, kernels, BLAS",
+                         description="Show what this install runs: the ggml build, the compiled CPU kernels, the "
+                                     "BLAS, and whether precision s2cpp can be bit-exact. Exit 1 when it warns.")
+    _json_flag(doc)
     doc.set_defaults(func=cmd_doctor)
 
     from ..model.convert import add_convert_arguments
 
-    conv = sub.add_parser("convert", parents=[common], help="upstream checkpoint -> GGUF, or extract from a merged GGUF")
+    conv = sub.add_parser("convert", parents=[common, progress],
+                          help="upstream checkpoint -> GGUF, or extract from a merged GGUF",
+                          description="Convert an upstream fish-speech codec checkpoint (.pth) to a codec GGUF, or "
+                                      "with --extract copy the codec out of a merged fish-speech GGUF unchanged.")
     add_convert_arguments(conv)
-    conv.add_argument("--force", action="store_true", help="overwrite OUT")
+    _force_option(conv, "OUT")
     conv.set_defaults(func=cmd_convert)
 
-    quant = sub.add_parser("quantize", parents=[common],
-                           help="rewrite a codec GGUF with its matrices quantized (Q8_0, Q6_K)")
+    quant = sub.add_parser("quantize", parents=[common, progress],
+                           help="rewrite a codec GGUF with its matrices quantized (Q8_0, Q6_K)",
+                           description="Rewrite a codec GGUF with its transformer and pointwise matrices in a "
+                                       "quantized type; convolutions, norms and codebooks stay as stored.")
     quant.add_argument("src", type=Path, metavar="IN.gguf", help="codec GGUF (F16 or F32; merged or codec-only)")
     quant.add_argument("out", type=Path, metavar="OUT.gguf", help="quantized file to write")
     quant.add_argument("--type", dest="qtype", default="q8_0", metavar="TYPE",
-                       help="q8_0 (default) or q6_k (q5_k, q4_k: measured and rejected, see the README)")
+                       help="q8_0 or q6_k (q5_k, q4_k: measured and rejected, see the README) (default: %(default)s)")
     quant.add_argument("--keep", action="append", default=[], metavar="GLOB",
-                       help="leave matrices whose file name matches as stored (repeatable)")
-    quant.add_argument("--force", action="store_true", help="overwrite OUT")
+                       help="leave matrices whose file name matches as stored (repeatable; default: none)")
+    _force_option(quant, "OUT")
     quant.set_defaults(func=cmd_quantize)
 
-    demo = sub.add_parser("demo", parents=[common, backend], help="run a tiny random-weight model (no files needed)")
+    demo = sub.add_parser("demo", parents=[common, backend], help="run a tiny random-weight model (no files needed)",
+                          description="Build a tiny model with random weights, encode and decode a generated "
+                                      "signal, and write the files: a check that the install runs, no model needed.")
     demo.add_argument("-o", "--output-dir", type=Path, default=None, help="where to write (default: a new temp folder)")
-    demo.add_argument("--seconds", type=_positive_float, default=2.0, help="length of the test signal (default 2)")
-    demo.add_argument("--seed", type=int, default=0, help="random weights seed")
+    demo.add_argument("--seconds", type=_positive_float, default=2.0,
+                      help="length of the test signal (default: %(default)s)")
+    demo.add_argument("--seed", type=int, default=0, help="random weights seed (default: %(default)s)")
+    _pad_option(demo)
+    _force_option(demo, "the demo files")
     demo.set_defaults(func=cmd_demo)
 
 
-def _add_diagnostics(sub) -> None:
+def _add_diagnostics(sub, common: argparse.ArgumentParser) -> None:
     """The diagnostics commands (``cli/diagnostics.py``: compare, bench-backends), imported by
     name so that a broken diagnostics module (or one of its imports) only costs those commands,
     never encode and decode."""
@@ -186,17 +229,17 @@ def _add_diagnostics(sub) -> None:
         print(f"{PROG}: warning: diagnostics commands unavailable ({type(exc).__name__}: {exc})", file=sys.stderr)
         return
     if hasattr(diagnostics, "register_cli"):
-        diagnostics.register_cli(sub)
+        diagnostics.register_cli(sub, parents=[common])
 
 
 def get_parser() -> argparse.ArgumentParser:
-    common, backend, model = _common_parent(), _backend_parent(), _model_parent()
+    common, backend, model, progress = _common_parent(), _backend_parent(), _model_parent(), _progress_parent()
     parser = argparse.ArgumentParser(prog=PROG, description="The Fish Audio S2 Pro codec on ggml.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    _add_codec_commands(sub, [common, model, backend])
-    _add_tool_commands(sub, common, backend)
-    _add_diagnostics(sub)
+    _add_codec_commands(sub, [common, model, progress, backend])
+    _add_tool_commands(sub, common, backend, progress)
+    _add_diagnostics(sub, common)
     return parser
 
 
@@ -207,13 +250,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from ..model.convert import run_convert
 
     out = Path(args.out)
-    if out.exists() and not args.force:
-        raise CliError(f"{out} exists (use --force to overwrite)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
+    check_output(out, args.force)
+    with atomic_path(out) as tmp, bars_for(args) as bars:
         args.out = tmp
         try:
-            run_convert(args)
+            run_convert(args, progress=bars)
         finally:
             args.out = out
     if not args.quiet:
@@ -224,16 +265,16 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def cmd_quantize(args: argparse.Namespace) -> int:
     from ..model.quantize import parse_type, quantize_file
 
-    parse_type(args.qtype)  # an unknown --type fails before anything is read
-    if not args.src.is_file():
-        raise CliError(f"{args.src}: no such model file")
-    if args.out.exists() and not args.force:
-        raise CliError(f"{args.out} exists (use --force to overwrite)")
+    try:
+        parse_type(args.qtype)  # an unknown --type fails before anything is read
+    except ValueError as exc:
+        raise CliError(f"--type: {exc}", status=2) from None
+    check_model_path(args.src)
+    check_output(args.out, args.force)
     if args.out.resolve() == args.src.resolve():
         raise CliError("OUT must differ from IN")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(args.out) as tmp:
-        report = quantize_file(args.src, tmp, args.qtype, tuple(args.keep))
+    with atomic_path(args.out) as tmp, bars_for(args) as bars:
+        report = quantize_file(args.src, tmp, args.qtype, tuple(args.keep), progress=bars)
     report.output = str(args.out)
     if not args.quiet:
         print(report.summary())

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ from ..inputs import MAX_ENCODE_SECONDS
 from ..io.audio import read_audio, resample
 from ..io.codefiles import CodeFile, write_codes
 from ..model.config import CodecConfig
+from ..progress import ProgressCallback
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff", ".au", ".caf", ".w64", ".rf64")
 ENCODE_CHUNK_SECONDS = 10.0
@@ -43,30 +43,6 @@ class Summary:
                 f"{speed:.1f}x real time, backend {self.backend}")
 
 
-class Progress:
-    """A one-line progress bar on stderr (no dependency); silent unless enabled."""
-
-    def __init__(self, total: int, enabled: bool, width: int = 28):
-        self.total, self.enabled, self.width, self.done = total, enabled and total > 0, width, 0
-
-    def step(self, label: str) -> None:
-        self.done += 1
-        if self.enabled:
-            filled = self.width * self.done // self.total
-            bar = "#" * filled + "." * (self.width - filled)
-            sys.stderr.write(f"\r[{bar}] {self.done}/{self.total} {label[-40:]:<40}")
-            sys.stderr.flush()
-
-    def note(self, text: str) -> None:
-        """Print a line above the bar."""
-        sys.stderr.write(("\r\033[K" if self.enabled else "") + text + "\n")
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
 @dataclass
 class Audio:
     samples: np.ndarray  # (n,) float32 at the model's rate once prepared
@@ -75,8 +51,8 @@ class Audio:
     path: Path
 
 
-def read_input_audio(path: Path) -> Audio:
-    x, rate, channels = read_audio(path)
+def read_input_audio(path: Path, allow_truncated: bool = False) -> Audio:
+    x, rate, channels = read_audio(path, allow_truncated=allow_truncated)
     return Audio(x, rate, channels, path)
 
 
@@ -86,21 +62,33 @@ def to_model_rate(audio: Audio, cfg: CodecConfig, method: str) -> np.ndarray:
     return resample(audio.samples, audio.rate, cfg.sample_rate, method)
 
 
-def run_encode(codec: Codec, x: np.ndarray, pad_to: str) -> np.ndarray:
-    """One-shot encode, or the chunked one (same codes) past the one-shot length limit."""
+def with_detail(progress: ProgressCallback | None, detail: str) -> ProgressCallback | None:
+    """``progress`` with ``detail`` (a file name) filled into reports that carry none."""
+    if progress is None or not detail:
+        return progress
+    return lambda p: progress(p if p.detail else replace(p, detail=detail))
+
+
+def run_encode(codec: Codec, x: np.ndarray, pad_to: str, progress: ProgressCallback | None = None,
+               detail: str = "") -> np.ndarray:
+    """One-shot encode, or the chunked one (same codes) past the one-shot length limit.
+    ``progress`` gets the codec's "encode" reports, with ``detail`` (the file name)."""
+    progress = with_detail(progress, detail)
     if x.shape[0] > MAX_ENCODE_SECONDS * codec.config.sample_rate and hasattr(codec, "encode_chunked"):
-        return codec.encode_chunked(x, chunk_seconds=ENCODE_CHUNK_SECONDS, pad_to=pad_to)
-    return codec.encode(x, pad_to=pad_to)
+        return codec.encode_chunked(x, chunk_seconds=ENCODE_CHUNK_SECONDS, pad_to=pad_to, progress=progress)
+    return codec.encode(x, pad_to=pad_to, progress=progress)
 
 
 def encode_file(codec: Codec, audio: Audio, dst: Path, *, sha: str, pad_to: str = "code_frame",
-                resample_method: str = "soxr", transcript: str | None = None) -> Summary:
+                resample_method: str = "soxr", transcript: str | None = None,
+                progress: ProgressCallback | None = None) -> Summary:
     """Encode ``audio`` and write its code file to ``dst`` (atomically; the format follows the
-    extension). ``sha``: the model file's sha256, recorded in the file."""
+    extension). ``sha``: the model file's sha256, recorded in the file. ``progress``: see
+    :func:`run_encode`."""
     cfg = codec.config
     x = to_model_rate(audio, cfg, resample_method)
     start = time.perf_counter()
-    codes = run_encode(codec, x, pad_to)
+    codes = run_encode(codec, x, pad_to, progress, audio.path.name)
     wall = time.perf_counter() - start
     meta = {"pad_to": pad_to, "model_sha256": sha, "library_version": __version__,
             "codebook_sizes": cfg.quantizer.codebook_sizes, "samples_per_frame": cfg.samples_per_frame}

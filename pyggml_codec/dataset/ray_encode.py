@@ -27,7 +27,6 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -37,6 +36,7 @@ from ..errors import CodecError
 from ..io.codefiles import EXTENSIONS as CODE_EXTENSIONS
 from ..io.codefiles import read_codes
 from ..io.fileio import atomic_path
+from ..progress import ProgressCallback, report
 from .corpus import AUDIO_EXTENSIONS, encode_file, file_sha256, plan_batch, read_input_audio
 
 MANIFEST = "manifest.parquet"
@@ -236,12 +236,14 @@ def _write_manifest(path: Path, rows: list[dict]) -> Path:
 
 
 def encode_corpus(job: CorpusJob, address: str | None = None,
-                  progress: Callable[[str], None] | None = None) -> CorpusReport:
+                  progress: ProgressCallback | None = None) -> CorpusReport:
     """Encode every audio file of ``job.corpus`` that has no code file yet; write the manifest.
 
     ``address``: a Ray cluster to join ("auto", "ray://host:10001", ...); None starts a local
     Ray (or uses the one this process already has). Raises CorpusError before any work for a
-    bad corpus or output path, a model the codec refuses, or a Ray that cannot be reached."""
+    bad corpus or output path, a model the codec refuses, or a Ray that cannot be reached.
+    ``progress`` gets, per finished file, a "corpus" report in files (detail: status and path)
+    and a "corpus audio" report in hours of audio encoded (no total)."""
     check_job(job)
     _check_model(job)
     ray = _import_ray()
@@ -289,9 +291,10 @@ def _run(ray, job: CorpusJob, sha: str, work: list[tuple[Path, Path]], progress,
     ds = ds.map_batches(_Encoder, fn_constructor_kwargs={"model": str(job.model), "job": fields, "sha": sha},
                         batch_size=1, compute=ray.data.ActorPoolStrategy(size=job.actors),
                         num_cpus=job.threads_per_actor, num_gpus=job.gpus_per_actor or None)
-    done = 0
+    done, seconds = 0, 0.0
     for row in ds.iter_rows():
         done += 1
         rows.append({c: (row[c].item() if hasattr(row[c], "item") else row[c]) for c in COLUMNS})
-        if progress is not None:
-            progress(f"[{done}/{len(items)}] {rows[-1]['status']} {rows[-1]['path']}")
+        seconds += rows[-1]["duration_s"] or 0.0
+        report(progress, "corpus", done, len(items), "files", f"{rows[-1]['status']} {rows[-1]['path']}")
+        report(progress, "corpus audio", seconds / 3600, None, "h")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 import warnings
 from pathlib import Path
 
@@ -26,13 +27,20 @@ from ..errors import AudioFileError
 
 RESAMPLE_METHODS = ("soxr", "linear")
 SUBTYPES = {"FLOAT": "FLOAT", "PCM_16": "PCM_16", "float": "FLOAT", "pcm16": "PCM_16"}
+SHORT_READ_SLACK = 4608  # frames (four MP3 frames) a libsndfile frame count may overstate without truncation
+_WAV_PLAIN_FORMATS = (1, 3, 6, 7, 0xFFFE)  # PCM, IEEE float, A-law, mu-law, extensible: bytes = frames * block align
+_UNKNOWN_SIZES = (0, 0xFFFFFFFF)  # written by a stream that could not seek back
 
 
-def read_audio(path: str | os.PathLike) -> tuple[np.ndarray, int, int]:
+def read_audio(path: str | os.PathLike, *, allow_truncated: bool = False) -> tuple[np.ndarray, int, int]:
     """``(mono float32 (n,), original sample rate, original channel count)`` of a file.
 
-    Multichannel audio is downmixed by the mean of the channels. A missing file raises
-    ``FileNotFoundError``; one libsndfile cannot decode raises :class:`AudioFileError`.
+    Multichannel audio is downmixed by the mean of the channels (the file's ``(n, channels)``
+    frames averaged over channels, never over time). A missing file raises
+    ``FileNotFoundError``; one libsndfile cannot decode raises :class:`AudioFileError`, and so
+    does a truncated file: one holding fewer frames than its header declares (a WAV ``data``
+    chunk or an AIFF ``COMM`` count past the end of the file, an MP3 shorter than its Xing
+    header says). ``allow_truncated=True`` reads what is there with a ``UserWarning`` instead.
     """
     import soundfile as sf
 
@@ -40,14 +48,61 @@ def read_audio(path: str | os.PathLike) -> tuple[np.ndarray, int, int]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such audio file")
     try:
-        data, rate = sf.read(str(path), dtype="float32", always_2d=True)  # (n, channels)
+        with sf.SoundFile(str(path)) as f:
+            declared = f.frames
+            data = f.read(dtype="float32", always_2d=True)  # (n, channels)
+            rate = f.samplerate
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
         raise AudioFileError(f"{path}: cannot decode audio ({exc})") from None
     if data.shape[0] == 0:
         raise AudioFileError(f"{path}: the file holds no samples")
+    header = header_frames(path)
+    if header is not None:  # exact: a WAV data chunk or an AIFF frame count
+        declared = max(declared, header)
+    elif declared - data.shape[0] <= max(SHORT_READ_SLACK, declared // 100):
+        declared = data.shape[0]  # libsndfile's count may be an estimate (an MP3 without a Xing header)
+    if data.shape[0] < declared:
+        text = (f"{path}: truncated: the header declares {declared / rate:.2f} s ({declared} frames), "
+                f"the file holds {data.shape[0] / rate:.2f} s")
+        if not allow_truncated:
+            raise AudioFileError(text + " (allow_truncated=True, or --allow-truncated, reads what is there)")
+        warnings.warn(f"pyggml_codec: {text}; reading what is there", UserWarning, stacklevel=2)
     channels = int(data.shape[1])
     mono = data[:, 0] if channels == 1 else data.mean(axis=1, dtype=np.float64)
     return np.ascontiguousarray(mono, dtype=np.float32), int(rate), channels
+
+
+def header_frames(path: str | os.PathLike) -> int | None:
+    """The frame count a WAV or AIFF header declares (WAV: ``data`` chunk size over block align,
+    uncompressed formats only; AIFF: the ``COMM`` chunk's count); None for other files or when
+    the header does not say (a streamed WAV's 0 or 0xFFFFFFFF size)."""
+    with open(path, "rb") as f:
+        head = f.read(12)
+        if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+            order = "<"
+        elif head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
+            order = ">"
+        else:
+            return None
+        fmt = None
+        for _ in range(64):  # chunks before the audio: fmt, fact, LIST, PEAK, ...
+            chunk = f.read(8)
+            if len(chunk) < 8:
+                return None
+            cid, size = chunk[:4], struct.unpack(order + "I", chunk[4:])[0]
+            if cid in (b"fmt ", b"COMM"):
+                body = f.read(size + (size & 1))
+                if cid == b"COMM" and len(body) >= 6:
+                    return struct.unpack(">I", body[2:6])[0]
+                if cid == b"fmt " and len(body) >= 14:
+                    fmt = struct.unpack("<HHIIH", body[:14])
+                continue
+            if cid == b"data":
+                if fmt is None or fmt[0] not in _WAV_PLAIN_FORMATS or not fmt[4] or size in _UNKNOWN_SIZES:
+                    return None
+                return size // fmt[4]
+            f.seek(size + (size & 1), os.SEEK_CUR)
+    return None
 
 
 def resample(x: np.ndarray, src: int, dst: int, method: str = "soxr") -> np.ndarray:

@@ -30,6 +30,7 @@ from gguf import GGUFReader, GGUFValueType
 from . import layout as layout
 from .gguf_write import MetaValue, TensorData, copy_field, copy_tensor, field_value, write_gguf
 from ..errors import ModelFileError, TensorError
+from ..progress import ProgressCallback
 
 CODEC_ARCH = "fish-speech-codec"
 MERGED_ARCH = "fish-speech"
@@ -133,11 +134,13 @@ def convert_checkpoint(
     out_path: str | Path,
     dtype: str = "f16",
     config: Mapping[str, Any] | None = None,
+    progress: ProgressCallback | None = None,
 ) -> Path:
     """Write a ``fish-speech-codec`` GGUF from an upstream codec checkpoint; returns its path.
 
     ``config`` maps metadata keys (with or without ``fish_speech.codec.``) to values; it can
     set what the tensors cannot tell (``rvq_transformer.window_size``, head dims, ...).
+    ``progress`` gets "convert" reports in bytes written.
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -146,7 +149,7 @@ def convert_checkpoint(
     meta = layout.infer_metadata(shapes, config)
     names = _check_names(list(folded), meta)
     tensors = (TensorData(n, folded[n].numpy().astype(DTYPES[dtype])) for n in names)
-    return write_gguf(Path(out_path), CODEC_ARCH, _meta_values(meta), tensors)
+    return write_gguf(Path(out_path), CODEC_ARCH, _meta_values(meta), tensors, progress=progress, task="convert")
 
 
 # --------------------------------------------------------------------------- merged files
@@ -158,6 +161,9 @@ def _open(path: str | Path, arch: str) -> GGUFReader:
         raise FileNotFoundError(f"GGUF file not found: {path}")
     reader = GGUFReader(str(path))
     found = field_value(reader, "general.architecture")
+    if arch == MERGED_ARCH and found == CODEC_ARCH:
+        raise ModelFileError(f"{path}: already codec-only (architecture {CODEC_ARCH!r}); "
+                             "load it as it is, there is nothing to extract")
     if found != arch:
         raise ModelFileError(f"{path}: general.architecture is {found!r}, expected {arch!r}")
     return reader
@@ -167,11 +173,13 @@ def _codec_fields(reader: GGUFReader) -> list[MetaValue]:
     return [copy_field(reader, k) for k in reader.fields if k.startswith(layout.PREFIX)]
 
 
-def extract_codec(merged_path: str | Path, out_path: str | Path) -> Path:
+def extract_codec(merged_path: str | Path, out_path: str | Path, progress: ProgressCallback | None = None) -> Path:
     """Write the codec of a merged ``fish-speech`` GGUF as a codec-only file (bytes unchanged).
 
     Codec tensors are those named ``c.*`` (prefix stripped; ``freqs_cis`` buffers dropped);
     ``fish_speech.codec.*`` metadata is copied with its types; everything else is ignored.
+    A codec-only source is a ModelFileError saying so. ``progress`` gets "convert" reports in
+    bytes written.
     """
     reader = _open(merged_path, MERGED_ARCH)
     tensors = [
@@ -183,7 +191,7 @@ def extract_codec(merged_path: str | Path, out_path: str | Path) -> Path:
         raise ModelFileError(
             f"{merged_path}: no codec tensors (names starting with {MERGED_PREFIX!r})"
         )
-    return write_gguf(Path(out_path), CODEC_ARCH, _codec_fields(reader), tensors)
+    return write_gguf(Path(out_path), CODEC_ARCH, _codec_fields(reader), tensors, progress=progress, task="convert")
 
 
 def _default_extras(seed: int = 0) -> dict[str, np.ndarray]:
@@ -255,16 +263,16 @@ def parse_config(text: str | None) -> dict[str, Any] | None:
     return value
 
 
-def run_convert(args: argparse.Namespace) -> Path:
+def run_convert(args: argparse.Namespace, progress: ProgressCallback | None = None) -> Path:
     """Run the conversion the parsed arguments ask for; returns the written path."""
     if not args.src.exists():
         raise FileNotFoundError(f"source not found: {args.src}")
     if args.extract:
         if args.config is not None:
             raise ValueError("--config cannot be combined with --extract")
-        return extract_codec(args.src, args.out)
+        return extract_codec(args.src, args.out, progress)
     config = parse_config(args.config)
-    return convert_checkpoint(args.src, args.out, dtype=args.dtype, config=config)
+    return convert_checkpoint(args.src, args.out, dtype=args.dtype, config=config, progress=progress)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

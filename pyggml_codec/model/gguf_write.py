@@ -15,6 +15,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 
 from ..errors import ConfigError
+from ..progress import ProgressCallback, report
 
 
 @dataclass(frozen=True)
@@ -37,20 +38,30 @@ class TensorData:
 
 
 def write_gguf(
-    path: Path, arch: str, meta: Iterable[MetaValue], tensors: Iterable[TensorData]
+    path: Path, arch: str, meta: Iterable[MetaValue], tensors: Iterable[TensorData],
+    progress: ProgressCallback | None = None, task: str = "write",
 ) -> Path:
-    """Write a GGUF file with ``general.architecture = arch``, then ``meta`` and ``tensors``."""
+    """Write a GGUF file with ``general.architecture = arch``, then ``meta`` and ``tensors``.
+    ``progress`` gets ``task`` reports in bytes of tensor data written (detail: the tensor)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = list(tensors)
+    total = sum(t.data.nbytes for t in tensors)
     writer = GGUFWriter(str(path), arch)
     try:
         for m in meta:
             writer.add_key_value(m.key, m.value, m.vtype, sub_type=m.sub_type)
-        for t in tensors:
-            writer.add_tensor(t.name, t.data, raw_dtype=t.raw_dtype)
+        for t in tensors:  # what GGUFWriter.add_tensor records, without holding the data
+            writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, raw_dtype=t.raw_dtype)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
+        writer.write_ti_data_to_file()
+        done = 0
+        report(progress, task, 0, total, "bytes")
+        for t in tensors:
+            writer.write_tensor_data(t.data)
+            done += t.data.nbytes
+            report(progress, task, done, total, "bytes", t.name)
     finally:
         writer.close()
     return path

@@ -30,6 +30,8 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
 
 from ..backend.binding import QUANT_TYPES, block_size, quantize_rows
 from ..errors import ModelFileError
+from ..progress import ProgressCallback
+from ..progress import report as send
 from .config import PREFIX, CodecConfig
 from .gguf_file import FLOAT_TYPES
 from .gguf_write import MetaValue, TensorData, copy_field, copy_tensor, write_gguf
@@ -99,10 +101,11 @@ def _meta(reader: GGUFReader, qtype: str, kept: list[str]) -> list[MetaValue]:
 
 
 def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, qtype: str = "q8_0",
-                  keep: tuple[str, ...] = ()) -> QuantizeReport:
+                  keep: tuple[str, ...] = (), progress: ProgressCallback | None = None) -> QuantizeReport:
     """Write ``dst``: ``src`` with its codec matrices in ``qtype`` ("q8_0" or "q6_k"; see
     ``REJECTED`` for the others). ``keep``: glob patterns (file tensor names) of matrices to leave as stored.
-    The source is checked as a codec file first (strictly, as ``load`` does)."""
+    The source is checked as a codec file first (strictly, as ``load`` does). ``progress`` gets
+    "quantize" reports: tensors done, then bytes written."""
     ggml_type = parse_type(qtype)
     mf = open_model_file(str(src))
     prefix = codec_prefix(mf)
@@ -117,11 +120,13 @@ def quantize_file(src: str | os.PathLike, dst: str | os.PathLike, qtype: str = "
     report = QuantizeReport(str(src), str(dst), QUANT_TYPES[ggml_type])
     reader = GGUFReader(str(src))  # checked above: metadata and tensors copied with their types
     tensors = []
-    for t in reader.tensors:
+    for i, t in enumerate(reader.tensors):
         report.bytes_in += int(t.n_bytes)
         tensors.append(_tensor(t, mf.tensors[t.name], roles.get(t.name), ggml_type, keep, report))
         report.bytes_out += tensors[-1].data.nbytes
-    write_gguf(Path(dst), mf.architecture, _meta(reader, report.qtype, report.kept_for_block_size), tensors)
+        send(progress, "quantize", i + 1, len(reader.tensors), "tensors", t.name)
+    write_gguf(Path(dst), mf.architecture, _meta(reader, report.qtype, report.kept_for_block_size), tensors,
+               progress=progress, task="quantize")
     return report
 
 

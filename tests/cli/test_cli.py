@@ -244,8 +244,8 @@ def test_wrong_model_for_the_codes(tiny_model, tmp_path, codec):
 def test_diagnostics_subcommands_register_when_present(monkeypatch):
     fake = types.ModuleType("pyggml_codec.cli.diagnostics")
 
-    def register_cli(sub):
-        p = sub.add_parser("compare")
+    def register_cli(sub, parents=()):
+        p = sub.add_parser("compare", parents=parents)
         p.set_defaults(func=lambda args: 7)
 
     fake.register_cli = register_cli

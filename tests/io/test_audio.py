@@ -140,3 +140,50 @@ def test_a_failing_write_leaves_the_old_file(tmp_path, monkeypatch):
         write_audio(path, sine(220, 8000), 8000)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["out.wav"]
+
+
+def _truncated(tmp_path: Path, name: str, keep: int | float, **write) -> Path:
+    full = tmp_path / f"full_{name}"
+    sf.write(full, sine(440, 44100), 44100, **write)
+    data = full.read_bytes()
+    cut = tmp_path / name
+    cut.write_bytes(data[:keep] if isinstance(keep, int) else data[:int(len(data) * keep)])
+    return cut
+
+
+@pytest.mark.parametrize("name, keep, write", [
+    ("first1000.wav", 1000, {"subtype": "PCM_16"}),
+    ("half.wav", 0.5, {"subtype": "FLOAT"}),
+    ("half.aiff", 0.5, {"subtype": "PCM_16"}),
+])
+def test_a_truncated_file_is_refused_unless_allowed(tmp_path, name, keep, write):
+    path = _truncated(tmp_path, name, keep, **write)
+    with pytest.raises(AudioFileError, match=r"truncated: the header declares 1\.00 s \(44100 frames\), the file holds 0\.\d+ s"):
+        read_audio(path)
+    with pytest.warns(UserWarning, match="truncated"):
+        x, rate, _ = read_audio(path, allow_truncated=True)
+    assert rate == 44100 and 0 < x.shape[0] < 44100
+
+
+@pytest.mark.parametrize("ext, write", [("wav", {"subtype": "PCM_16"}), ("wav", {"subtype": "FLOAT"}), ("aiff", {}),
+                                        ("flac", {}), ("ogg", {})])
+def test_whole_files_read_without_a_warning(tmp_path, ext, write):
+    sf.write(tmp_path / f"a.{ext}", np.stack([sine(440, 44100)] * 2, axis=1), 44100, **write)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x, rate, channels = read_audio(tmp_path / f"a.{ext}")
+    assert x.shape == (44100,) and (rate, channels) == (44100, 2)
+
+
+def test_a_streamed_wav_of_unknown_length_reads_whole(tmp_path):
+    """A WAV written to a pipe carries 0xFFFFFFFF sizes: not a truncation."""
+    sf.write(tmp_path / "s.wav", sine(440, 8000), 8000, subtype="PCM_16")
+    data = bytearray((tmp_path / "s.wav").read_bytes())
+    at = data.index(b"data")
+    data[at + 4:at + 8] = b"\xff\xff\xff\xff"
+    data[4:8] = b"\xff\xff\xff\xff"
+    (tmp_path / "s.wav").write_bytes(bytes(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x, _, _ = read_audio(tmp_path / "s.wav")
+    assert x.shape == (8000,)

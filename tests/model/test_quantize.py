@@ -210,16 +210,16 @@ def test_cli_quantize_round_trip_and_errors(tiny_model, quantized, tmp_path):
     assert "kept as stored, rows not a multiple of the Q6_K block" in done.stdout
     info = _cli("info", str(out), "--json")
     assert '"quantization": "Q6_K"' in info.stdout and '"Q6_K": ' in info.stdout
-    cases = [
-        (["quantize", str(tiny_model.f32_path), str(tmp_path / "x.gguf"), "--type", "q3_z"], "unknown quantization type 'q3_z'"),
-        (["quantize", str(tiny_model.f32_path), str(tmp_path / "x.gguf"), "--type", "q4_k"], "Q4_K was measured and rejected"),
-        (["quantize", str(quantized["q8_0"][1]), str(tmp_path / "y.gguf")], "already quantized"),
-        (["quantize", str(tiny_model.f32_path), str(out)], "exists (use --force"),
-        (["quantize", str(tmp_path / "missing.gguf"), str(tmp_path / "z.gguf")], "no such model file"),
+    cases = [  # (argv, message, exit status: 2 for a usage error)
+        (["quantize", str(tiny_model.f32_path), str(tmp_path / "x.gguf"), "--type", "q3_z"], "unknown quantization type 'q3_z'", 2),
+        (["quantize", str(tiny_model.f32_path), str(tmp_path / "x.gguf"), "--type", "q4_k"], "Q4_K was measured and rejected", 2),
+        (["quantize", str(quantized["q8_0"][1]), str(tmp_path / "y.gguf")], "already quantized", 1),
+        (["quantize", str(tiny_model.f32_path), str(out)], "exists (use --force", 1),
+        (["quantize", str(tmp_path / "missing.gguf"), str(tmp_path / "z.gguf")], "no such model file", 1),
     ]
-    for argv, message in cases:
+    for argv, message, status in cases:
         r = _cli(*argv)
-        assert r.returncode == 1 and message in r.stderr, (argv, r.returncode, r.stderr)
+        assert r.returncode == status and message in r.stderr, (argv, r.returncode, r.stderr)
     kept = _cli("quantize", str(tiny_model.f32_path), str(tmp_path / "k.gguf"), "--keep", "quantizer.post_module.*")
     assert kept.returncode == 0 and "kept as stored (--keep): quantizer.post_module.layers.0" in kept.stdout
 
