@@ -152,6 +152,7 @@ def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int, stre
                          cold_s=cold, build_s=max(cold - t_ours, 0.0), python_overhead=overhead,
                          flops=count.total, flops_products=count.products, flops_transforms=count.transforms,
                          flops_elementwise=count.elementwise, flops_uncounted=count.uncounted,
+                         flops_by_op=count.by_op,
                          gemm_shapes=[list(s) for s in count.top_shapes()]))
         if s2cpp is not None:
             import bench_s2cpp
