@@ -120,3 +120,21 @@ def test_flop_meter_counts_every_graph_run(tmp_path, monkeypatch):
     assert one.total == by_hand.total and one.by_op == by_hand.by_op
     assert twice.total().total == 2 * one.total and len(twice.runs) == 2 * len(once.runs)
     assert once.weight_bytes() > 0
+
+
+def test_rows_get_their_floor_at_their_thread_count():
+    import bench_codec
+
+    rows = [dict(task="decode", threads=2, seconds=1.4, dtype="f16", precision="f32", ours_s=3.0, oracle_s=6.0,
+                 flops=200e9, flops_products=190e9, flops_transforms=8e9, flops_elementwise=2e9, s2cpp_s=9.0),
+            dict(task="decode", threads=1, seconds=1.4, dtype="f16", precision="f32", ours_s=3.0, oracle_s=6.0,
+                 flops=200e9, flops_products=200e9, flops_transforms=0, flops_elementwise=0),
+            dict(task="decode-fused", threads=2, ours_s=1.0, oracle_s=6.0)]
+    bench_codec.add_limits(rows, {2: {"sgemm_gflops": 100.0}})
+    assert rows[0]["floor_s"] == pytest.approx(2.0)
+    assert rows[0]["ours_vs_floor"] == pytest.approx(1.5) and rows[0]["oracle_vs_floor"] == pytest.approx(3.0)
+    assert rows[0]["s2cpp_vs_ours"] == pytest.approx(3.0)
+    assert "floor_s" not in rows[1] and "floor_s" not in rows[2]  # no limits at 1 thread; no count
+    table = bench_codec.limits_table(rows)
+    assert "| 200.0 (190.0 / 8.0 / 2.0) | 100 | 2.000 | 3.000 | 1.50x | 6.000 | 3.00x | 9.000 | 3.00x |" in table
+    assert table.count("\n") == 2  # header, rule, one row
