@@ -10,6 +10,15 @@ this library ALTERNATELY on identical inputs after a warm-up, several repetition
 and reports medians and the ratio oracle_time / our_time per row (> 1 means faster than
 PyTorch). Peak RSS is measured per engine in a child process. Writes JSON and a markdown
 table to --out. Needs the test extra (torch, einops) and PYGGML_ORACLE_WHEELS.
+
+Every row also stands against the machine's own limits (limits.py), measured in the same run at
+the row's thread count: the graph's operations as executed (pyggml_codec.backend.flops: products,
+Winograd transforms, elementwise, counted over every graph the call computed), numpy's SGEMM
+rate (1024^3 and the codec's three heaviest product shapes, best of 5), the floor = operations /
+the 1024^3 rate, and each engine's time / floor. --streams adds the chunk-1 streaming targets per
+byte read on the F16 file and on its Q8_0 quantization. --page writes the tables as this machine
+kind's section of the performance page (docs/performance.md), keeping other kinds' sections.
+With --s2cpp TREE the s2cpp rows are also timed against s2.cpp itself (its harness is built first).
 """
 
 from __future__ import annotations
@@ -34,13 +43,22 @@ sys.path.insert(0, str(HERE.parent))
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seconds", type=float, nargs="+", default=[1, 10])
+    p.add_argument("--seconds", type=float, nargs="+", default=[1.4, 10])
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--dtypes", nargs="+", default=["f32", "f16"], choices=["f32", "f16"])
     p.add_argument("--precisions", nargs="+", default=["f32", "s2cpp"], choices=["f32", "s2cpp"])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("bench_out"))
-    p.add_argument("--quick", action="store_true", help="1 s, 2 threads, f16 file, s2cpp and f32")
+    p.add_argument("--quick", action="store_true", help="1.4 s, 2 threads, f16 file, s2cpp and f32; with --streams, "
+                                                        "32 frames for the one-stream rows")
+    p.add_argument("--page", type=Path, default=None,
+                   help="write the tables as this machine kind's section of this page (docs/performance.md)")
+    p.add_argument("--command", default=None, help="the command line the page shows (default: this one)")
+    p.add_argument("--bandwidth-mib", type=int, default=512, help="buffer of the bandwidth read (MiB)")
+    p.add_argument("--size", choices=["full", "tiny"], default="full",
+                   help="the random-weight model: full (S2 Pro size) or tiny (a smoke run of this script)")
+    p.add_argument("--s2cpp", type=Path, default=None, metavar="TREE",
+                   help="an s2.cpp source tree: also time s2.cpp on the s2cpp rows (builds its harness)")
     p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child processes")
     p.add_argument("--rss-only", action="store_true", help="only the peak-RSS child processes")
     p.add_argument("--variants", action="store_true",
@@ -62,20 +80,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.windowed is not None:
         WINDOWED_STRIDES[:] = args.windowed or [4, 16]
     if args.quick:
-        args.seconds, args.threads, args.dtypes, args.reps = [1], [2], ["f16"], 2
+        args.seconds, args.threads, args.dtypes, args.reps = [1.4], [2], ["f16"], 2
     if args.streams_only:
         args.streams, args.dtypes, args.no_rss = args.streams or 64, [], True
+    args.frames_one = 32 if args.quick else 216
     return args
 
 
-def build_models(tmp: Path):
+def build_models(tmp: Path, size: str = "full"):
     import models
     import oracle
 
     t0 = time.perf_counter()
-    model = oracle.build_model(oracle.FULL, seed=0)
+    model = oracle.build_model(oracle.FULL if size == "full" else oracle.TINY, seed=0)
     paths = {d: models.make_gguf(model, tmp / f"s2_full_{d}.gguf", d) for d in ("f32", "f16")}
-    print(f"built full-size model and GGUF files in {time.perf_counter() - t0:.1f} s", flush=True)
+    print(f"built {size} model and GGUF files in {time.perf_counter() - t0:.1f} s", flush=True)
     return model, paths
 
 
@@ -105,7 +124,10 @@ def alternate(ours, theirs, reps: int) -> tuple[float, float]:
     return statistics.median(a), statistics.median(b)
 
 
-def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int, streaming: bool = True) -> list[dict]:
+def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int, streaming: bool = True,
+               s2cpp: tuple | None = None) -> list[dict]:
+    """``s2cpp``: (harness executable, model path) to time s2.cpp on the same input as well."""
+    import limits
     import oracle
     import torch
     from parity import random_codes, signal
@@ -120,12 +142,24 @@ def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int, stre
         ("encode", lambda: codec.encode(x), lambda: oracle.encode(model, x)),
     ):
         codec.clear_cache()
-        cold = timed(ours)
+        with limits.FlopMeter() as meter:  # the first call computes the graphs every warm call runs
+            cold = timed(ours)
         t_ours, t_theirs = alternate(ours, theirs, reps)
         wall = timed_settled(ours)
         overhead = max(wall - codec.last_compute_s, 0.0) / wall
+        count = meter.total()
         rows.append(dict(task=task, seconds=seconds, ours_s=t_ours, oracle_s=t_theirs, ratio=t_theirs / t_ours,
-                         cold_s=cold, build_s=max(cold - t_ours, 0.0), python_overhead=overhead))
+                         cold_s=cold, build_s=max(cold - t_ours, 0.0), python_overhead=overhead,
+                         flops=count.total, flops_products=count.products, flops_transforms=count.transforms,
+                         flops_elementwise=count.elementwise, flops_uncounted=count.uncounted,
+                         flops_by_op=count.by_op,
+                         gemm_shapes=[list(s) for s in count.top_shapes()]))
+        if s2cpp is not None:
+            import bench_s2cpp
+
+            exe, path = s2cpp
+            data = codes if task == "decode" else x
+            rows[-1]["s2cpp_s"] = bench_s2cpp.s2cpp_time(exe, task, path, data, torch_threads, reps)
     chunk = codec.decode_chunk_frames
     if chunk and codes.shape[1] > chunk:  # decode() streamed in chunks above; here the one graph
         codec.clear_cache()
@@ -267,6 +301,76 @@ def _row(r: dict) -> str:
             f"{r['ours_s']:.3f} | {r['oracle_s']:.3f} | {r['ratio']:.2f}x | {extra} | {share} |")
 
 
+def add_limits(rows: list[dict], machine_limits: dict) -> None:
+    """Each row with operations counted: its floor at its thread count's SGEMM rate, and each
+    engine's time against it (``machine_limits``: threads -> measured limits), in place."""
+    import limits
+
+    for r in rows:
+        lim = machine_limits.get(r.get("threads"))
+        if not r.get("flops") or lim is None:
+            continue
+        rate = lim["sgemm_gflops"]
+        r.update(sgemm_gflops=rate, floor_s=limits.floor_s(r["flops"], rate),
+                 ours_vs_floor=limits.ratio_to_floor(r["ours_s"], r["flops"], rate),
+                 oracle_vs_floor=limits.ratio_to_floor(r["oracle_s"], r["flops"], rate))
+        if "s2cpp_s" in r:
+            r["s2cpp_vs_ours"] = r["s2cpp_s"] / r["ours_s"]
+
+
+def limits_table(rows: list[dict]) -> str:
+    """Every row with a floor: operations, the SGEMM rate and floor, ours and PyTorch against it."""
+    have = [r for r in rows if "floor_s" in r]
+    if not have:
+        return ""
+    s2 = any("s2cpp_s" in r for r in have)
+    lines = ["| file | precision | threads | task | audio s | GFLOP (products / transforms / elementwise) | "
+             "SGEMM GFLOP/s | floor s | ours s | ours / floor | PyTorch s | PyTorch / floor |"
+             + (" s2.cpp s | s2.cpp / ours |" if s2 else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if s2 else "")]
+    for r in have:
+        line = (f"| {r['dtype']} | {r['precision']} | {r['threads']} | {r['task']} | {r['seconds']:g} | "
+                f"{r['flops'] / 1e9:.1f} ({r['flops_products'] / 1e9:.1f} / {r['flops_transforms'] / 1e9:.1f} / "
+                f"{r['flops_elementwise'] / 1e9:.1f}) | {r['sgemm_gflops']:.0f} | {r['floor_s']:.3f} | "
+                f"{r['ours_s']:.3f} | {r['ours_vs_floor']:.2f}x | {r['oracle_s']:.3f} | {r['oracle_vs_floor']:.2f}x |")
+        if s2:
+            line += (f" {r['s2cpp_s']:.3f} | {r['s2cpp_vs_ours']:.2f}x |" if "s2cpp_s" in r else " | |")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def limits_lines(machine_limits: dict) -> str:
+    """The measured limits per thread count, one line each."""
+    out = []
+    for threads, lim in sorted(machine_limits.items()):
+        shapes = ", ".join(f"{m}x{k}x{n} {g:.1f}" for (m, k, n), g in lim["sgemm_by_shape"].items())
+        out.append(f"- {threads} threads: SGEMM (numpy's BLAS, M x K x N: GFLOP/s, best of 5) {shapes}; "
+                   f"memory read {lim['bandwidth_gbs']:.1f} GB/s ({lim['bandwidth_mib']} MiB buffer, best of 5)")
+    return "\n".join(out)
+
+
+def measure_limits(threads_list, rows: list[dict], bandwidth_mib: int) -> dict:
+    """SGEMM rates (1024^3, then the heaviest product shapes the rows computed, N capped at 4096)
+    and the memory read rate, per thread count."""
+    import limits
+
+    shapes: dict = {}
+    for r in rows:
+        for rank, shape in enumerate(r.get("gemm_shapes", [])):
+            m, k, n = shape
+            key = (m, k, min(n, 4096))
+            shapes[key] = min(shapes.get(key, rank), rank)
+    codec_shapes = sorted(shapes, key=lambda s: shapes[s])[:3]
+    out = {}
+    for threads in threads_list:
+        rates = limits.sgemm_gflops(threads, [limits.REFERENCE_SHAPE] + [s for s in codec_shapes
+                                                                         if s != limits.REFERENCE_SHAPE])
+        out[threads] = {"sgemm_gflops": rates[limits.REFERENCE_SHAPE], "sgemm_by_shape": rates,
+                        "bandwidth_gbs": limits.bandwidth_gbs(threads, bandwidth_mib), "bandwidth_mib": bandwidth_mib}
+        print(f"limits at {threads} threads: {limits_lines({threads: out[threads]})}", flush=True)
+    return out
+
+
 def table(rows: list[dict]) -> str:
     pairs = [_row(r) for r in rows if "ratio" in r]
     lines = ["| file | precision | threads | task | audio s | ours s | PyTorch s | speed-up | first-call extra s "
@@ -285,10 +389,12 @@ def table(rows: list[dict]) -> str:
     if streams:
         import bench_streams
 
-        lines += ["", "Streams and batches (F16 file, f32 precision; per frame against decode() of the same "
+        lines += ["", "Streams and batches (f32 precision; per frame against decode() of the same "
                   "codes, one item at a time, in the same run):", ""]
-        for threads in sorted({r["threads"] for r in streams}):
-            lines += [f"{threads} threads:", "", bench_streams.table([r for r in streams if r["threads"] == threads]), ""]
+        for file in dict.fromkeys(r["dtype"] for r in streams):
+            for threads in sorted({r["threads"] for r in streams}):
+                same = [r for r in streams if r["threads"] == threads and r["dtype"] == file]
+                lines += [f"{file.upper()} file, {threads} threads:", "", bench_streams.table(same), ""]
     stream = [r for r in rows if "cost_vs_one_shot" in r]
     if stream:
         lines += ["", "| file | precision | threads | streaming | audio s | ms per frame | vs one-shot per frame |",
@@ -305,30 +411,46 @@ def main(argv=None) -> int:
         engine, path, seconds, mode = args.rss_child
         rss_child(engine, path, float(seconds), mode)
         return 0
+    import limits
     import pyggml_codec
 
+    command = args.command or " ".join(["python", "benchmarks/bench_codec.py", *(sys.argv[1:] if argv is None else argv)])
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
-        model, paths = build_models(Path(tmp))
+        model, paths = build_models(Path(tmp), args.size)
+        exe = None
+        if args.s2cpp is not None:
+            from pyggml_codec.tools import s2cpp
+
+            exe = s2cpp.build_harness(args.s2cpp)
         for dtype in [] if args.rss_only else args.dtypes:
             for precision in args.precisions:
                 for threads in args.threads:
                     with pyggml_codec.load(paths[dtype], backend="cpu", precision=precision, n_threads=threads) as c:
                         for seconds in args.seconds:
                             stream = not args.no_streaming and dtype == "f16"
-                            for r in bench_pair(c, model, seconds, args.reps, threads, stream):
+                            versus = (exe, paths[dtype]) if exe is not None and precision == "s2cpp" else None
+                            for r in bench_pair(c, model, seconds, args.reps, threads, stream, versus):
                                 rows.append(dict(r, dtype=dtype, precision=precision, threads=threads))
                                 print(json.dumps(rows[-1]), flush=True)
+        machine_limits = {} if args.rss_only else measure_limits(args.threads, rows, args.bandwidth_mib)
+        add_limits(rows, machine_limits)
         if args.streams:
             import bench_streams
+            from pyggml_codec.model.quantize import quantize_file
 
+            paths["q8_0"] = Path(tmp) / "s2_full_q8_0.gguf"
+            quantize_file(paths["f16"], paths["q8_0"], "q8_0")
             for threads in args.threads:
-                with pyggml_codec.load(paths["f16"], backend="cpu", precision="f32", n_threads=threads,
-                                       parts="decode") as c:
-                    for r in bench_streams.bench_streams(c, args.streams, args.reps):
-                        rows.append(dict(r, dtype="f16", precision="f32", threads=threads, streams_row=True))
-                        print(json.dumps(rows[-1]), flush=True)
+                bandwidth = machine_limits[threads]["bandwidth_gbs"]
+                for file in ("f16", "q8_0"):
+                    with pyggml_codec.load(paths[file], backend="cpu", precision="f32", n_threads=threads,
+                                           parts="decode") as c:
+                        for r in bench_streams.bench_streams(c, args.streams, args.reps, args.frames_one, bandwidth):
+                            rows.append(dict(r, dtype=file, file=file.upper(), precision="f32", threads=threads,
+                                             streams_row=True))
+                            print(json.dumps(rows[-1]), flush=True)
         if args.scaling is not None:
             rows += bench_scaling(paths["f16"], args.scaling or [1, 10, 60])
         if args.variants:
@@ -353,15 +475,34 @@ def main(argv=None) -> int:
 
     import bench_streams
 
-    machine = bench_streams.machine_line()
-    report = {"machine": machine, "rows": rows, "peak_rss_mb": rss}
+    about = limits.machine()
+    machine = limits.machine_line(about, loaded_above=float(about["cpus"] or 1))
+    jsonable = {t: dict(v, sgemm_by_shape={"x".join(map(str, k)): g for k, g in v["sgemm_by_shape"].items()})
+                for t, v in machine_limits.items()}
+    report = {"machine": machine, "kind": about["kind"], "command": command, "limits": jsonable, "rows": rows,
+              "peak_rss_mb": rss}
     (args.out / "bench.json").write_text(json.dumps(report, indent=2))
     rss_lines = "\n".join(f"| {k} | {v:.0f} |" for k, v in rss.items())
-    md = (f"Machine: {machine}\n\n{table(rows)}\n\nPeak RSS (F16 file; ours: s2cpp precision but the live streams' "
+    stream_targets = bench_streams.targets_table([r for r in rows if r.get("streams_row")])
+    has_targets = any("target_ms" in r for r in rows)
+    md = (f"Machine: {machine}\n\nCommand: `{command}`\n\nLimits measured in this run:\n\n"
+          f"{limits_lines(machine_limits)}\n\n{limits_table(rows)}\n\n{table(rows)}\n\n"
+          + (f"Streaming at chunk 1 against its targets per byte read:\n\n{stream_targets}\n\n" if has_targets else "")
+          + f"Peak RSS (F16 file; ours: s2cpp precision but the live streams' "
           f"f32, decode rows load parts='decode'):\n\n| run | MB |\n|---|---|\n{rss_lines}\n")
     (args.out / "bench.md").write_text(md)
     print(md)
+    if args.page is not None:
+        body = f"Limits measured in the same run:\n\n{limits_lines(machine_limits)}\n\n{limits_table(rows)}\n"
+        if has_targets:
+            body += f"\nStreaming at chunk 1 against its targets per byte read:\n\n{stream_targets}\n"
+        limits.write_page(args.page, about["kind"], limits.section(about["kind"], f"Machine: {machine}", command, body),
+                          PAGE_INTRO)
+        print(f"wrote the {about['kind']} section of {args.page}")
     return 0
+
+
+PAGE_INTRO = "# Performance\n\nTables written by `scripts/bench.sh`, one per machine kind.\n"
 
 
 if __name__ == "__main__":

@@ -15,6 +15,12 @@ the minima, and bracketed: each run against the mean of the reference runs befor
   stream and for 8 joining at once (graphs already built: a server's steady state).
 
 Each streamed row also gives its exactness: the max abs difference of its audio from ``decode()``.
+
+The chunk-1 rows are held to targets per byte read (``limits.py``), given the memory bandwidth
+measured in the same run: one stream, time per frame <= 1.05 x (one-shot time per frame + bytes
+of weights one push reads / bandwidth); 8 streams, time per frame and stream <= 1.05 x the one-shot
+time per frame. The weight bytes are those of the graphs of a one-frame push (their leaves in the
+weight buffer, each byte once).
 ``bench_codec.py --streams`` runs the same on the full-size model it builds, with the peak RSS
 of 8 live streams in a child process (``--rss-child``).
 """
@@ -107,7 +113,36 @@ def _row(task: str, streams: int, frames: int, t: list, ref: list, exact: float 
     return row
 
 
-def bench_streams(codec, frames: int, reps: int, frames_one: int = 216) -> list[dict]:
+def push_weight_bytes(codec, codes) -> int:
+    """Bytes of weights the graphs of one one-frame push read (a stream's second push: steady state)."""
+    import limits
+
+    with codec.stream_decoder() as sd:
+        sd.push(codes[:, :1])
+        with limits.FlopMeter() as meter:
+            sd.push(codes[:, 1:2])
+    return meter.weight_bytes()
+
+
+def add_targets(rows: list[dict], weight_bytes: int, bandwidth_gbs: float) -> None:
+    """The chunk-1 rows' targets (ms per frame) and whether they are met, in place."""
+    import limits
+
+    for r in rows:
+        per = r.get("one_shot_ms_per_frame", 0) / 1e3
+        if r["task"] == "stream-chunk1":
+            target = limits.one_stream_target_s(per, weight_bytes, bandwidth_gbs)
+        elif r["task"] == f"streams{N_STREAMS}-chunk1":
+            target = limits.many_streams_target_s(per)
+        else:
+            continue
+        r.update(target_ms=1e3 * target, meets_target=bool(r["ms_per_frame"] <= 1e3 * target),
+                 push_weight_bytes=weight_bytes, bandwidth_gbs=bandwidth_gbs)
+
+
+def bench_streams(codec, frames: int, reps: int, frames_one: int = 216, bandwidth_gbs: float | None = None
+                  ) -> list[dict]:
+    """The rows above; with ``bandwidth_gbs`` (measured in the same run) the chunk-1 targets too."""
     from parity import random_codes
 
     sizes = codec.config.quantizer.codebook_sizes
@@ -140,6 +175,8 @@ def bench_streams(codec, frames: int, reps: int, frames_one: int = 216) -> list[
         rows.append(dict(task="latency-first-frame", streams=k, latency_ms=1e3 * statistics.median(lat),
                          latency_min_ms=1e3 * min(lat),
                          audio_ms=1e3 * codec.config.samples_per_frame / codec.sample_rate))
+    if bandwidth_gbs:
+        add_targets(rows, push_weight_bytes(codec, long), bandwidth_gbs)
     return rows
 
 
@@ -153,6 +190,19 @@ def rss_streams(model_path: str, threads: int, frames: int) -> float:
         _streams(c, items, 1)
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+
+
+def targets_table(rows: list[dict]) -> str:
+    """The chunk-1 rows against their targets per byte read."""
+    lines = ["| file | run | streams | ms per frame | one-shot ms per frame | weights per push MB | bandwidth GB/s "
+             "| target ms | met |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "target_ms" in r:
+            lines.append(f"| {r.get('file', '')} | {r['task']} | {r['streams']} | {r['ms_per_frame']:.2f} | "
+                         f"{r['one_shot_ms_per_frame']:.2f} | {r['push_weight_bytes'] / 1e6:.1f} | "
+                         f"{r['bandwidth_gbs']:.1f} | {r['target_ms']:.2f} | "
+                         f"{'yes' if r['meets_target'] else 'no'} |")
+    return "\n".join(lines)
 
 
 def machine_line() -> str:
@@ -198,20 +248,25 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--precision", default="f32")
     p.add_argument("--no-rss", action="store_true")
+    p.add_argument("--bandwidth-mib", type=int, default=512, help="buffer of the bandwidth read (MiB)")
     p.add_argument("--rss-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.rss_child:
         print(json.dumps({"peak_rss_mb": rss_streams(args.model, args.threads, args.frames)}))
         return 0
+    import limits
     import pyggml_codec
 
+    bandwidth = limits.bandwidth_gbs(args.threads, args.bandwidth_mib)
     with pyggml_codec.load(args.model, backend="cpu", n_threads=args.threads, precision=args.precision,
                            parts="decode") as c:
-        rows = bench_streams(c, args.frames, args.reps, args.frames_one)
+        rows = bench_streams(c, args.frames, args.reps, args.frames_one, bandwidth)
     for r in rows:
         print(json.dumps(r), flush=True)
     print(f"Machine: {machine_line()}, {args.threads} threads\n")
     print(table(rows))
+    print()
+    print(targets_table(rows))
     if not args.no_rss:
         import subprocess
 

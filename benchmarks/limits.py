@@ -1,0 +1,316 @@
+"""The machine's own limits, measured in the benchmark's run, and the page that shows them.
+
+* :func:`sgemm_gflops`: numpy's (OpenBLAS) SGEMM rate at a thread count, best of N, on
+  1024 x 1024 x 1024 and on the codec's own product shapes;
+* :func:`bandwidth_gbs`: a streaming read of a buffer larger than the last-level cache (512 MiB
+  by default), split over the threads, best of N;
+* :class:`FlopMeter`: the operations of every graph the codec computes while it is active
+  (``pyggml_codec.backend.flops``: products, Winograd transforms, elementwise), and the bytes of
+  weights those graphs read;
+* the arithmetic: floor = FLOPs / SGEMM rate, ratio = time / floor; a stream's target per
+  frame;
+* :func:`machine_line`, :func:`machine_kind`: what ran, and the key of its table on the page;
+* :func:`write_page`: ``docs/performance.md`` holds one table per machine kind; a run replaces
+  its own kind's table and keeps the others.
+
+No timing is asserted anywhere: the figures are reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import datetime
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+REFERENCE_SHAPE = (1024, 1024, 1024)  # M, K, N
+STREAM_SLACK = 1.05  # the streaming targets' margin
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+
+def floor_s(flops: float, gflops: float) -> float:
+    """The time the work would take at the SGEMM rate: ``flops / (gflops * 1e9)`` seconds."""
+    if gflops <= 0:
+        raise ValueError(f"SGEMM rate must be > 0 GFLOP/s, got {gflops}")
+    return flops / (gflops * 1e9)
+
+
+def ratio_to_floor(seconds: float, flops: float, gflops: float) -> float:
+    """How many times its floor a run took (1.0: at the SGEMM rate)."""
+    return seconds / floor_s(flops, gflops)
+
+
+def one_stream_target_s(one_shot_per_frame_s: float, weight_bytes: int, bandwidth_gbs: float) -> float:
+    """One stream at chunk 1, per frame: ``1.05 x (one-shot time per frame + weight bytes /
+    bandwidth)``: a one-frame push must read every weight its graphs use once."""
+    if bandwidth_gbs <= 0:
+        raise ValueError(f"bandwidth must be > 0 GB/s, got {bandwidth_gbs}")
+    return STREAM_SLACK * (one_shot_per_frame_s + weight_bytes / (bandwidth_gbs * 1e9))
+
+
+def many_streams_target_s(one_shot_per_frame_s: float) -> float:
+    """8 streams at chunk 1, per frame and stream: ``1.05 x`` the one-shot time per frame."""
+    return STREAM_SLACK * one_shot_per_frame_s
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+_SETTERS = ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads")
+
+
+def _openblas_setter():
+    """numpy's OpenBLAS thread-count setter (through threadpoolctl where installed)."""
+    try:
+        import threadpoolctl
+
+        return lambda n: threadpoolctl.threadpool_limits(n, user_api="blas")
+    except ImportError:
+        pass
+    from pyggml_codec.backend import kernels
+
+    if kernels.BLAS is None:
+        return None
+    dll = ctypes.CDLL(kernels.BLAS.path)
+    for name in _SETTERS:
+        fn = getattr(dll, name, None)
+        if fn is not None:
+            fn.argtypes = [ctypes.c_int]
+            return fn
+    return None
+
+
+@contextlib.contextmanager
+def blas_threads(n: int):
+    setter = _openblas_setter()
+    if setter is None:
+        yield False
+        return
+    held = setter(n)
+    try:
+        yield True
+    finally:
+        if hasattr(held, "restore_original_limits"):
+            held.restore_original_limits()
+        else:
+            setter(os.cpu_count() or 1)
+
+
+def sgemm_gflops(threads: int, shapes=(REFERENCE_SHAPE,), reps: int = 5, min_s: float = 0.2) -> dict:
+    """GFLOP/s of numpy's float32 matmul (``M x K`` by ``K x N``) per shape, best of ``reps``
+    timings of enough calls to last ``min_s``, at ``threads`` BLAS threads."""
+    rng = np.random.default_rng(0)
+    out = {}
+    with blas_threads(threads):
+        for m, k, n in shapes:
+            a = rng.standard_normal((m, k), dtype=np.float32)
+            b = rng.standard_normal((k, n), dtype=np.float32)
+            a @ b
+            t0 = time.perf_counter()
+            a @ b
+            calls = max(1, int(min_s / max(time.perf_counter() - t0, 1e-6)))
+            best = float("inf")
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    a @ b
+                best = min(best, (time.perf_counter() - t0) / calls)
+            out[(m, k, n)] = 2 * m * k * n / best / 1e9
+    return out
+
+
+def bandwidth_gbs(threads: int, mib: int = 512, reps: int = 5) -> float:
+    """GB/s of a streaming read of a ``mib`` MiB buffer (larger than the last-level cache),
+    ``threads`` numpy reductions over equal parts at once, best of ``reps``."""
+    buf = np.ones((mib << 20) // 8, dtype=np.int64)
+    parts = np.array_split(buf, threads)
+    best = float("inf")
+    for _ in range(reps + 1):  # the first touches the pages
+        workers = [threading.Thread(target=np.add.reduce, args=(p,)) for p in parts]
+        t0 = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        best = min(best, time.perf_counter() - t0)
+    return buf.nbytes / best / 1e9
+
+
+@dataclass
+class FlopMeter:
+    """While active (``with meter:``), every ``Graph.run`` adds its graph's operations (counted
+    once per graph, then multiplied by its runs) and the weight bytes it reads."""
+
+    runs: list = field(default_factory=list)  # (count, weight bytes) per run, in order
+    _cache: dict = field(default_factory=dict)
+
+    def __enter__(self):
+        from pyggml_codec.backend import flops, graph
+
+        self._original = graph.Graph.run
+        meter, original = self, self._original
+
+        def run(g, *args, **kwargs):
+            key = id(g)
+            if key not in meter._cache or meter._cache[key][0] is not g.gf:
+                meter._cache[key] = (g.gf, flops.count_graph(g.gf), flops.weight_bytes(g.gf))
+            _, count, wbytes = meter._cache[key]
+            meter.runs.append((count, wbytes))
+            return original(g, *args, **kwargs)
+
+        graph.Graph.run = run
+        return self
+
+    def __exit__(self, *exc):
+        from pyggml_codec.backend import graph
+
+        graph.Graph.run = self._original
+        return False
+
+    def reset(self) -> None:
+        self.runs.clear()
+
+    def total(self):
+        from pyggml_codec.backend.flops import FlopCount
+
+        out = FlopCount()
+        for count, _ in self.runs:
+            out += count
+        return out
+
+    def weight_bytes(self) -> int:
+        """Weight bytes the runs read, each run's counted (one push: its latent and wave graphs)."""
+        return sum(w for _, w in self.runs)
+
+
+def measure_flops(fn) -> "object":
+    """The :class:`FlopCount` of everything ``fn()`` computes."""
+    with FlopMeter() as meter:
+        fn()
+    return meter.total()
+
+
+# --------------------------------------------------------------------------- the machine
+
+
+def _cpuinfo() -> dict:
+    info = {"model": "unknown CPU", "flags": set()}
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and info["model"] == "unknown CPU":
+                    info["model"] = value.strip()
+                elif key == "flags" and not info["flags"]:
+                    info["flags"] = set(value.split())
+    except OSError:
+        pass
+    return info
+
+
+ISA_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512fp16",
+             "avx512_vp2intersect", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def isa_level(flags) -> str:
+    """The widest of the ISA levels that decide these kernels' speed: avx512fp16, avx512bf16,
+    avx512, avx2 or baseline."""
+    flags = set(flags)
+    if "avx512fp16" in flags:
+        return "avx512fp16"
+    if "avx512f" in flags:
+        return "avx512bf16" if "avx512_bf16" in flags else "avx512"
+    return "avx2" if "avx2" in flags else "baseline"
+
+
+def machine_kind(model: str, flags) -> str:
+    """The page's key of a machine kind: the CPU model as a slug, then its ISA level
+    ("amd-epyc-avx512bf16", "intel-xeon-platinum-8480c-avx512fp16")."""
+    slug = re.sub(r"\((r|tm)\)|\bcpu\b|@.*$|\bprocessor\b|\d+-core", " ", model.lower())
+    slug = re.sub(r"[^a-z0-9]+", "-", slug).strip("-") or "unknown-cpu"
+    return f"{slug}-{isa_level(flags)}"
+
+
+def machine() -> dict:
+    """CPU model, ISA flags, cores, the BLAS and its kernel, ggml's build flags, load."""
+    from pyggml_codec.backend import binding, kernels
+
+    cpu = _cpuinfo()
+    blas = "none"
+    if kernels.BLAS is not None:
+        about = kernels.BLAS.describe()
+        blas = f"{' '.join((about.get('config') or os.path.basename(about['path'])).split()[:2])} " \
+               f"(kernel {about.get('corename')}, {about['threading']})"
+    try:
+        import threadpoolctl
+
+        pools = [f"{p.get('internal_api')} {p.get('version')} {p.get('architecture')}"
+                 for p in threadpoolctl.threadpool_info() if p.get("user_api") == "blas"]
+        blas = "; ".join(pools) or blas
+    except ImportError:
+        pass
+    features = binding.cpu_features()
+    ggml = sorted(k for k, v in features.items() if v not in ("", "0"))
+    return {"model": cpu["model"], "flags": sorted(f for f in ISA_FLAGS if f in cpu["flags"]),
+            "kind": machine_kind(cpu["model"], cpu["flags"]), "cpus": os.cpu_count(),
+            "blas": blas, "ggml": f"ggml {binding.ggml_version()}: {' '.join(ggml)}; llamafile "
+                                  f"{'on' if binding.has_llamafile() else 'off'}",
+            "load": os.getloadavg()}
+
+
+def machine_line(m: dict, loaded_above: float | None = None) -> str:
+    """One line: what the figures ran on. ``loaded_above``: the load average past which the line
+    says the machine was loaded (None: never)."""
+    line = (f"{m['model']}, {m['cpus']} logical CPUs; ISA {' '.join(m['flags']) or 'baseline'}; "
+            f"BLAS {m['blas']}; {m['ggml']}")
+    load = m["load"][0]
+    if loaded_above is not None and load > loaded_above:
+        line += f"; measured while the machine was loaded (load average {load:.1f} on {m['cpus']} CPUs)"
+    return line
+
+
+# --------------------------------------------------------------------------- the page
+
+BEGIN, END = "<!-- bench:kind {} -->", "<!-- /bench:kind {} -->"
+TABLES_MARK = "<!-- bench:tables -->"
+
+
+def section(kind: str, machine_text: str, command: str, body: str, date: str | None = None) -> str:
+    date = date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"{BEGIN.format(kind)}\n### `{kind}`\n\n{machine_text}\n\nMeasured {date} with:\n\n"
+            f"```\n{command}\n```\n\n{body.strip()}\n{END.format(kind)}\n")
+
+
+def replace_section(page: str, kind: str, new: str) -> str:
+    """``page`` with the section of ``kind`` replaced by ``new`` (or added after the others,
+    or after the tables mark, or at the end); other kinds' sections untouched."""
+    pattern = re.compile(re.escape(BEGIN.format(kind)) + r".*?" + re.escape(END.format(kind)) + r"\n?", re.S)
+    if pattern.search(page):
+        return pattern.sub(lambda _: new, page, count=1)
+    ends = list(re.finditer(re.escape("<!-- /bench:kind ") + r"[^ ]+ -->\n?", page))
+    at = ends[-1].end() if ends else (page.index(TABLES_MARK) + len(TABLES_MARK) + 1 if TABLES_MARK in page
+                                      else len(page))
+    before, after = page[:at], page[at:]
+    if before and not before.endswith("\n\n"):
+        before = before.rstrip("\n") + "\n\n"
+    return before + new + ("\n" + after.lstrip("\n") if after.strip() else "")
+
+
+def write_page(path: Path, kind: str, new: str, intro: str) -> None:
+    """Put ``new`` as the section of ``kind`` in the page at ``path`` (made from ``intro`` if absent)."""
+    page = path.read_text() if path.exists() else intro
+    if TABLES_MARK not in page and not path.exists():
+        page = page.rstrip("\n") + f"\n\n{TABLES_MARK}\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(replace_section(page, kind, new))

@@ -1,0 +1,140 @@
+"""benchmarks/limits.py: the floor and ratio arithmetic, the streaming targets, the machine-kind
+key, the page writer (one kind's section replaced, the others kept) and the FLOP meter over a
+codec's calls. Timings are never asserted: the functions that measure are run for their shape."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import limits  # noqa: E402
+
+
+def test_floor_and_ratio():
+    assert limits.floor_s(200e9, 100.0) == pytest.approx(2.0)
+    assert limits.ratio_to_floor(3.0, 200e9, 100.0) == pytest.approx(1.5)
+    assert limits.ratio_to_floor(2.0, 200e9, 100.0) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="SGEMM rate"):
+        limits.floor_s(1e9, 0)
+
+
+def test_streaming_targets():
+    # 10 ms per frame one-shot, 400 MB of weights at 20 GB/s: 20 ms to read them
+    assert limits.one_stream_target_s(0.010, 400_000_000, 20.0) == pytest.approx(1.05 * 0.030)
+    assert limits.many_streams_target_s(0.010) == pytest.approx(0.0105)
+    with pytest.raises(ValueError, match="bandwidth"):
+        limits.one_stream_target_s(0.01, 1, 0.0)
+
+
+@pytest.mark.parametrize("model,flags,key", [
+    ("Intel(R) Xeon(R) Platinum 8480C", {"avx2", "avx512f", "avx512_bf16", "avx512fp16"},
+     "intel-xeon-platinum-8480c-avx512fp16"),
+    ("AMD EPYC 9654 96-Core Processor", {"avx2", "avx512f", "avx512_bf16"}, "amd-epyc-9654-avx512bf16"),
+    ("AMD EPYC", {"avx2", "avx512f"}, "amd-epyc-avx512"),
+    ("Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz", {"avx2", "fma"}, "intel-core-i7-8700-avx2"),
+    ("Apple M2", set(), "apple-m2-baseline"),
+    ("", set(), "unknown-cpu-baseline"),
+])
+def test_machine_kind(model, flags, key):
+    assert limits.machine_kind(model, flags) == key
+
+
+def test_machine_line_says_loaded_only_when_it_was():
+    m = {"model": "AMD EPYC", "cpus": 2, "flags": ["avx2"], "blas": "OpenBLAS", "ggml": "ggml x", "load": (5.0, 4, 3)}
+    assert "loaded" in limits.machine_line(m, loaded_above=2)
+    assert "loaded" not in limits.machine_line(dict(m, load=(1.0, 1, 1)), loaded_above=2)
+    assert "loaded" not in limits.machine_line(m, loaded_above=None)
+
+
+def _section(kind: str, body: str) -> str:
+    return limits.section(kind, f"Machine: {kind}", "bash scripts/bench.sh --quick", body, date="2026-01-01")
+
+
+def test_page_writer_replaces_one_kind_and_keeps_the_others(tmp_path):
+    page = tmp_path / "performance.md"
+    intro = "# Performance\n\nProse that stays.\n"
+    limits.write_page(page, "kind-a", _section("kind-a", "| a | 1 |"), intro)
+    limits.write_page(page, "kind-b", _section("kind-b", "| b | 1 |"), intro)
+    first = page.read_text()
+    assert first.startswith(intro)
+    assert first.index("| a | 1 |") < first.index("| b | 1 |")
+    limits.write_page(page, "kind-a", _section("kind-a", "| a | 2 |"), intro)
+    text = page.read_text()
+    assert "| a | 1 |" not in text and "| a | 2 |" in text
+    assert "| b | 1 |" in text and "Prose that stays." in text
+    assert text.count("<!-- bench:kind kind-a -->") == 1 and text.count("<!-- bench:kind kind-b -->") == 1
+    assert text.index("| a | 2 |") < text.index("| b | 1 |")  # replaced in place
+    assert "bash scripts/bench.sh --quick" in text and "2026-01-01" in text
+
+
+def test_page_writer_keeps_prose_after_the_tables(tmp_path):
+    page = tmp_path / "performance.md"
+    page.write_text(f"# Performance\n\n{limits.TABLES_MARK}\n\n## Notes\n\nAfter the tables.\n")
+    limits.write_page(page, "kind-a", _section("kind-a", "| a |"), "")
+    text = page.read_text()
+    assert text.index(limits.TABLES_MARK) < text.index("| a |") < text.index("## Notes")
+    assert text.rstrip().endswith("After the tables.")
+
+
+def test_measurements_return_rates():
+    rates = limits.sgemm_gflops(1, [(64, 64, 64)], reps=1, min_s=0.0)
+    assert set(rates) == {(64, 64, 64)} and rates[(64, 64, 64)] > 0
+    assert limits.bandwidth_gbs(2, mib=8, reps=1) > 0
+
+
+def test_flop_meter_counts_every_graph_run(tmp_path, monkeypatch):
+    import numpy as np
+
+    import pyggml_codec
+    from pyggml_codec.backend import flops, graph
+    from pyggml_codec.tools.demo import build_demo_model
+
+    ran = []
+    original = graph.Graph.run
+
+    def record(g, *args, **kwargs):
+        ran.append(g)
+        return original(g, *args, **kwargs)
+
+    monkeypatch.setattr(graph.Graph, "run", record)
+    with pyggml_codec.load(build_demo_model(tmp_path), n_threads=1) as codec:
+        t = np.arange(codec.sample_rate) / codec.sample_rate
+        codes = codec.encode((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32))
+        ran.clear()
+        with limits.FlopMeter() as once:
+            codec.decode(codes)
+        assert graph.Graph.run is record  # restored
+        ran_once = list(ran)
+        by_hand = flops.FlopCount()
+        for g in ran_once:
+            by_hand += flops.count_graph(g.gf)
+        with limits.FlopMeter() as twice:
+            codec.decode(codes)
+            codec.decode(codes)
+    one = once.total()
+    assert len(once.runs) == len(ran_once) >= 1
+    assert one.products > 0 and one.uncounted == {}
+    assert one.total == by_hand.total and one.by_op == by_hand.by_op
+    assert twice.total().total == 2 * one.total and len(twice.runs) == 2 * len(once.runs)
+    assert once.weight_bytes() > 0
+
+
+def test_rows_get_their_floor_at_their_thread_count():
+    import bench_codec
+
+    rows = [dict(task="decode", threads=2, seconds=1.4, dtype="f16", precision="f32", ours_s=3.0, oracle_s=6.0,
+                 flops=200e9, flops_products=190e9, flops_transforms=8e9, flops_elementwise=2e9, s2cpp_s=9.0),
+            dict(task="decode", threads=1, seconds=1.4, dtype="f16", precision="f32", ours_s=3.0, oracle_s=6.0,
+                 flops=200e9, flops_products=200e9, flops_transforms=0, flops_elementwise=0),
+            dict(task="decode-fused", threads=2, ours_s=1.0, oracle_s=6.0)]
+    bench_codec.add_limits(rows, {2: {"sgemm_gflops": 100.0}})
+    assert rows[0]["floor_s"] == pytest.approx(2.0)
+    assert rows[0]["ours_vs_floor"] == pytest.approx(1.5) and rows[0]["oracle_vs_floor"] == pytest.approx(3.0)
+    assert rows[0]["s2cpp_vs_ours"] == pytest.approx(3.0)
+    assert "floor_s" not in rows[1] and "floor_s" not in rows[2]  # no limits at 1 thread; no count
+    table = bench_codec.limits_table(rows)
+    assert "| 200.0 (190.0 / 8.0 / 2.0) | 100 | 2.000 | 3.000 | 1.50x | 6.000 | 3.00x | 9.000 | 3.00x |" in table
+    assert table.count("\n") == 2  # header, rule, one row
