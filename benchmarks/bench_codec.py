@@ -421,7 +421,7 @@ def main(argv=None) -> int:
         model, paths = build_models(Path(tmp), args.size)
         exe = None
         if args.s2cpp is not None:
-            from pyggml_codec.tools import s2cpp
+            from pyggml_codec.diagnostics import s2cpp
 
             exe = s2cpp.build_harness(args.s2cpp)
         for dtype in [] if args.rss_only else args.dtypes:

@@ -155,7 +155,7 @@ class FlopMeter:
     _cache: dict = field(default_factory=dict)
 
     def __enter__(self):
-        from pyggml_codec.backend import flops, graph
+        from pyggml_codec.backend import flops, ggml_graph as graph
 
         self._original = graph.Graph.run
         meter, original = self, self._original
@@ -172,7 +172,7 @@ class FlopMeter:
         return self
 
     def __exit__(self, *exc):
-        from pyggml_codec.backend import graph
+        from pyggml_codec.backend import ggml_graph as graph
 
         graph.Graph.run = self._original
         return False

@@ -22,7 +22,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass, field
 
-from .binding import lib
+from .binding import buffer_is_weights, lib
 from .runtime import op_name
 from . import kernels
 
@@ -112,7 +112,7 @@ def _product(a, b) -> tuple[int, tuple[int, int, int]]:
 
 
 def _wino_geometry(node) -> dict:
-    """Dilation, m, n and segments from a Winograd op's parameter block (wino_conv.conv_wino:
+    """Dilation, m, n and segments from a Winograd op's parameter block (winograd_conv.conv_wino:
     the BLAS's parameters, then [dilation, block, split, min channels, m, n, tables, rowdot
     tiles, segments, input-op flag])."""
     nb = len(kernels.BLAS.params)
@@ -206,8 +206,6 @@ def weight_bytes(gf) -> int:
     """Bytes of weights one compute of ``gf`` reads: the union of the byte ranges of every
     source an op reads (layout-only nodes read nothing) that lives in a weight buffer
     (``binding.mark_weights``), a view as the range it covers, each byte once."""
-    from .binding import buffer_is_weights
-
     layout = {"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"}
     ranges = set()
     for i in range(lib.ggml_graph_n_nodes(gf)):

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyggml_codec.backend import binding, flops, kernels, wino_conv, winograd
+from pyggml_codec.backend import binding, flops, kernels, winograd_conv, winograd_tables
 from pyggml_codec.backend.binding import lib
-from pyggml_codec.backend.graph import WeightBuffer, new_context
+from pyggml_codec.backend.ggml_graph import WeightBuffer, new_context
 from pyggml_codec.backend.runtime import cpu_backend
 
 F32 = 0
@@ -89,11 +89,11 @@ def test_winograd_conv_products_and_transforms(ctx, length, dilation):
     """F(m, 7) with n points: tiles = ceil(L / (m d)) d; products 2 n Cin Cout tiles; input
     transform 2 n n Cin tiles, output 2 m n Cout tiles (in one op or split over two)."""
     keep: list = []
-    wino = winograd.WINOGRAD
+    wino = winograd_tables.WINOGRAD
     cin, cout = 24, 32
     u = binding.new_tensor(ctx, F32, (cin, cout, wino.n))
     x = binding.new_tensor(ctx, F32, (length, cin))
-    y = wino_conv.conv_wino(ctx, u, x, dilation, keep)
+    y = winograd_conv.conv_wino(ctx, u, x, dilation, keep)
     count = flops.count_graph(_graph(ctx, y))
     tiles = -(-length // (wino.m * dilation)) * dilation
     assert count.products == 2 * wino.n * cin * cout * tiles

@@ -90,7 +90,7 @@ def test_flop_meter_counts_every_graph_run(tmp_path, monkeypatch):
 
     import pyggml_codec
     from pyggml_codec.backend import flops, graph
-    from pyggml_codec.tools.demo import build_demo_model
+    from pyggml_codec.demo import build_demo_model
 
     ran = []
     original = graph.Graph.run
