@@ -89,7 +89,7 @@ def test_flop_meter_counts_every_graph_run(tmp_path, monkeypatch):
     import numpy as np
 
     import pyggml_codec
-    from pyggml_codec.backend import flops, graph
+    from pyggml_codec.backend import flops, ggml_graph as graph
     from pyggml_codec.demo import build_demo_model
 
     ran = []
