@@ -29,16 +29,19 @@ from .errors import (
     ModelFileError,
     PerformanceWarning,
     ExactnessWarning,
+    FetchError,
     TensorError,
 )
 from .inputs import EncodeResult
 from .model.config import CodecConfig
 from .streaming import StreamDecoder
+from .tools.fetch import fetch
 
 __all__ = [
     "load", "Codec", "CodecConfig", "EncodeResult", "available_backends", "devices", "__version__",
     "CodecError", "ModelFileError", "ConfigError", "TensorError", "InputError", "BackendError", "GraphError",
     "ClosedError", "CodeFileError", "AudioFileError", "PerformanceWarning", "ExactnessWarning", "DeviceInfo", "StreamDecoder",
+    "fetch", "FetchError",
 ]
 
 # The flat module paths of 0.1 (pyggml_codec.audio, .codefiles, .kernels, ...) still import: each

@@ -25,7 +25,7 @@ LAYERS = [
     {"graphs"},
     {"model"},
     {"backend"},
-    {"_version", "errors"},
+    {"_version", "errors", "progress"},
 ]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 
