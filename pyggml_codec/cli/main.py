@@ -195,6 +195,7 @@ def get_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_codec_commands(sub, [common, model, backend])
     _add_tool_commands(sub, common, backend)
+    importlib.import_module(f"{__package__}.fetch").register_cli(sub, common)
     _add_diagnostics(sub)
     return parser
 

@@ -19,6 +19,7 @@ import pytest
 from gguf import GGUFReader, GGUFValueType
 
 import pyggml_codec
+from pyggml_codec.cli import main as cli_main
 from pyggml_codec.errors import FetchError, ModelFileError
 from pyggml_codec.model import convert
 from pyggml_codec.model.gguf_header import HeaderIncomplete, parse_header
@@ -350,6 +351,28 @@ def test_token_file_and_no_token_across_hosts(server, merged, tmp_path, monkeypa
     assert sent == {(PATH, "Bearer hf_from_file"), ("/cdn/blob", None)}
     assert [p for p, _h in server.headers].count(PATH) == 1  # later ranges go to the resolved URL
     assert (tmp_path / "hf" / "pyggml_codec").exists() is False  # an explicit output: nothing in the cache
+
+
+def test_cli_fetch(server, merged, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PYGGML_CODEC_CACHE", str(tmp_path / "cache"))
+    assert cli_main.main(["fetch", server.url(), "--no-progress"]) == 0
+    cached = Path(capsys.readouterr().out.strip())
+    assert cached == fetch_mod.default_output(server.url()) and cached.read_bytes() == merged[1]
+    assert cli_main.main(["fetch", server.url()]) == 0
+    assert "already fetched" in capsys.readouterr().err
+    out = tmp_path / "codec.gguf"
+    assert cli_main.main(["fetch", server.url(), "-o", str(out), "--no-progress"]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    assert out.read_bytes() == merged[1]
+    assert cli_main.main(["fetch", server.url(), "-o", str(out)]) == 1
+    assert "exists (use --force" in capsys.readouterr().err
+    assert cli_main.main(["fetch", server.url(), "-o", str(out), "--force", "--progress", "-q"]) == 0
+    assert cli_main.main(["fetch", server.url("/missing.gguf"), "-o", str(tmp_path / "x.gguf")]) == 1
+    assert "HTTP 404" in capsys.readouterr().err
+    assert cli_main.main(["fetch", server.url(), "--repo", "a/b"]) == 2
+    assert "either URL or --repo" in capsys.readouterr().err
+    assert cli_main.main(["fetch", server.url(), "-o", str(tmp_path / "y.gguf"), "--progress"]) == 0
+    assert "fetch" in capsys.readouterr().err  # the tqdm bar
 
 
 def test_prefixes_of_a_header_parse_or_ask_for_more(merged):
