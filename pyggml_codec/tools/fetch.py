@@ -34,6 +34,8 @@ import shutil
 import time
 import urllib.parse
 from bisect import bisect_right
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..api import load
@@ -130,7 +132,32 @@ def fetch(url: str | None = None, *, repo: str | None = None, filename: str | No
     if hub_offline():
         raise FetchError(f"HF_HUB_OFFLINE is set and {out} has not been fetched yet")
     out.parent.mkdir(parents=True, exist_ok=True)
-    return _Fetch(RangeReader(url, send, timeout), out, label, retries, progress).run(verify)
+    with output_lock(out):
+        return _Fetch(RangeReader(url, send, timeout), out, label, retries, progress).run(verify)
+
+
+@contextmanager
+def output_lock(out: Path) -> Iterator[None]:
+    """Hold ``OUT.part.lock`` while fetching ``out``, so that a second fetch of the same output
+    fails at once instead of writing the same .part file. An advisory lock (``flock``), which
+    the system releases when the process dies; none where ``fcntl`` is missing (Windows)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    lock = out.with_name(out.name + ".part.lock")
+    with open(lock, "a+b") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.stat(lock).st_ino != os.fstat(f.fileno()).st_ino:  # removed by a fetch that just ended
+                raise OSError
+        except OSError:
+            raise FetchError(f"{out}: another fetch is writing it now") from None
+        try:
+            yield
+        finally:
+            lock.unlink(missing_ok=True)
 
 
 class _Fetch:

@@ -321,6 +321,15 @@ def test_a_file_that_does_not_load_is_not_kept(server, tmp_path, monkeypatch):
     assert _leftovers(tmp_path) == []
 
 
+def test_a_second_fetch_of_the_same_output_is_refused(server, merged, tmp_path):
+    with fetch_mod.output_lock(tmp_path / "codec.gguf"):
+        with pytest.raises(FetchError, match="another fetch is writing it now"):
+            pyggml_codec.fetch(server.url(), output=tmp_path / "codec.gguf")
+        assert not server.served
+    assert pyggml_codec.fetch(server.url(), output=tmp_path / "codec.gguf").read_bytes() == merged[1]
+    assert _leftovers(tmp_path) == ["codec.gguf"]
+
+
 def test_hub_endpoint_token_and_cache(server, merged, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.port}/")
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
