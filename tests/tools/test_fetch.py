@@ -172,10 +172,12 @@ def _leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
 
 
-def test_fetch_writes_what_convert_extract_writes(server, merged, tmp_path):
+def test_fetch_writes_what_convert_extract_writes(server, merged, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")  # for the Hub's host only, not for this URL
     seen = []
     out = pyggml_codec.fetch(server.url(), output=tmp_path / "codec.gguf", progress=seen.append)
     assert out.read_bytes() == merged[1]
+    assert not any("Authorization" in h for _p, h in server.headers)
     _check_only_codec_served(server, merged[0])
     assert _leftovers(tmp_path) == ["codec.gguf"]  # no .part, no state, no temp file
     assert seen and {p.task for p in seen} == {"fetch"} and {p.unit for p in seen} == {"bytes"}
@@ -399,3 +401,29 @@ def test_prefixes_of_a_header_parse_or_ask_for_more(merged):
     cut = full.kv_spans["tokenizer.ggml.tokens"][1] - 3
     with pytest.raises(ModelFileError, match="string in 'tokenizer.ggml.tokens' claims 7 bytes; only 4 left"):
         parse_header(data[:cut], cut)
+
+
+def test_hub_url_and_token_precedence(tmp_path, monkeypatch):
+    from pyggml_codec.tools import hub
+
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", "HF_TOKEN_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    assert hub.hub_url("o/n", "dir/a b.gguf", "refs/pr/1") == \
+        "https://huggingface.co/o/n/resolve/refs%2Fpr%2F1/dir/a%20b.gguf"
+    monkeypatch.setenv("HF_ENDPOINT", "https://mirror.example/")
+    assert hub.hub_url("o/n", "f.gguf") == "https://mirror.example/o/n/resolve/main/f.gguf"
+    for bad in ("noslash", "a/b/c", "/n"):
+        with pytest.raises(ValueError, match="owner/name"):
+            hub.hub_url(bad, "f.gguf")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    assert hub.hub_token() is None
+    (tmp_path / "token").write_text("from_file\n")
+    assert hub.hub_token() == "from_file"
+    monkeypatch.setenv("HF_TOKEN", "from_env")
+    assert hub.hub_token() == "from_env" and hub.hub_token("given") == "given" and hub.hub_token(False) is None
+    with pytest.raises(ValueError, match="http"):
+        pyggml_codec.fetch("ftp://host/x.gguf", output=tmp_path / "x.gguf")
+    with pytest.raises(ValueError, match="either a URL or repo"):
+        pyggml_codec.fetch("https://host/x.gguf", repo="o/n")
+    with pytest.raises(FetchError, match="no such directory"):
+        pyggml_codec.fetch("https://host/x.gguf", output=tmp_path / "missing" / "x.gguf")
