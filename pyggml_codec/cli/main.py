@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._version import __version__
+from . import fetch as fetch_cli
 from .codec_commands import USER_ERRORS, CliError, cmd_decode, cmd_encode, cmd_roundtrip
 from .inspect import cmd_backends, cmd_doctor, cmd_info
 from ..inputs import PAD_POLICIES, PRECISIONS
@@ -195,7 +196,7 @@ def get_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_codec_commands(sub, [common, model, backend])
     _add_tool_commands(sub, common, backend)
-    importlib.import_module(f"{__package__}.fetch").register_cli(sub, common)
+    fetch_cli.register_cli(sub, common)
     _add_diagnostics(sub)
     return parser
 
