@@ -149,7 +149,8 @@ class RangeReader:
                 raise self._status_error(exc.code, exc.reason, url) from None
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 reason = getattr(exc, "reason", exc)
-                raise _transient(FetchError(f"cannot read {self._name(url)}: {reason}")) from None
+                error = FetchError(f"cannot read {self._name(url)}: {reason}")
+                raise (error if isinstance(reason, socket.gaierror) else _transient(error)) from None  # no such host
             return self._check(response, url, start, end, linked), self.identity.size
         raise FetchError(f"{self.url}: more than {MAX_REDIRECTS} redirects")
 

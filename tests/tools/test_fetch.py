@@ -427,3 +427,13 @@ def test_hub_url_and_token_precedence(tmp_path, monkeypatch):
         pyggml_codec.fetch("https://host/x.gguf", repo="o/n")
     with pytest.raises(FetchError, match="no such directory"):
         pyggml_codec.fetch("https://host/x.gguf", output=tmp_path / "missing" / "x.gguf")
+
+
+def test_unknown_host_fails_without_retrying(tmp_path, monkeypatch):
+    def no_retry(seconds):
+        raise AssertionError("retried an unknown host")
+
+    monkeypatch.setattr(fetch_mod.time, "sleep", no_retry)
+    with pytest.raises(FetchError, match=r"cannot read http://no-such-host\.invalid/x\.gguf: .*"):
+        pyggml_codec.fetch("http://no-such-host.invalid/x.gguf", output=tmp_path / "x.gguf")
+    assert _leftovers(tmp_path) == []
