@@ -28,16 +28,18 @@ from .errors import (
     ModelFileError,
     PerformanceWarning,
     ExactnessWarning,
+    FetchError,
     TensorError,
 )
 from .inputs import EncodeResult
 from .plan import Plan, Precision
 from .model.config import CodecConfig
 from .streaming import StreamDecoder
+from .hub.fetch import fetch
 
 __all__ = [
     "load", "Codec", "CodecConfig", "EncodeResult", "available_backends", "devices", "__version__",
     "CodecError", "ModelFileError", "ConfigError", "TensorError", "InputError", "BackendError", "GraphError",
     "ClosedError", "CodeFileError", "AudioFileError", "PerformanceWarning", "ExactnessWarning", "DeviceInfo", "StreamDecoder",
-    "Plan", "Precision",
+    "Plan", "Precision", "fetch", "FetchError",
 ]

@@ -55,3 +55,9 @@ class PerformanceWarning(UserWarning):
 class ExactnessWarning(UserWarning):
     """precision="s2cpp" cannot be bit-exact with s2.cpp here (e.g. a ggml build with LLAMAFILE
     on); the message names the reason and the fix."""
+
+
+class FetchError(CodecError, OSError):
+    """Downloading a model failed: an HTTP error (404, denied), a server without range requests,
+    a truncated body, a remote file that changed, the connection, or a full disk. The message
+    names the URL or the local file."""

@@ -16,7 +16,7 @@ PKG = Path(pyggml_codec.__file__).resolve().parent
 LAYERS = [
     {"__main__", "cli"},
     {"dataset"},
-    {"diagnostics", "demo"},
+    {"diagnostics", "demo", "hub"},
     {"api"},
     {"codec"},
     {"batching"},

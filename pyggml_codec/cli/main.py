@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._version import __version__
+from . import fetch as fetch_cli
 from .codec_commands import USER_ERRORS, CliError, check_model_path, check_output, cmd_decode, cmd_encode, cmd_roundtrip
 from .inspect import cmd_backends, cmd_doctor, cmd_info
 from .progress import add_progress_option, bars_for
@@ -239,6 +240,7 @@ def get_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_codec_commands(sub, [common, model, progress, backend])
     _add_tool_commands(sub, common, backend, progress)
+    fetch_cli.register_cli(sub, common, progress)
     _add_diagnostics(sub, common)
     return parser
 

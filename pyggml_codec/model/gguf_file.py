@@ -126,7 +126,7 @@ class ModelFile:
         """Parse a whole GGUF file held in ``buf`` (a ``uint8`` array or bytes; not copied)."""
         if not isinstance(buf, np.ndarray):
             buf = np.frombuffer(buf, dtype=np.uint8)
-        metadata, tensors = _Parser(buf, source).parse()
+        metadata, tensors = Parser(buf, source).parse()
         return cls(source, metadata, tensors)
 
     @classmethod
@@ -150,7 +150,7 @@ class ModelFile:
 # --------------------------------------------------------------------------- the parser
 
 
-class _Parser:
+class Parser:
     """A bounds-checked walk over one GGUF file; every failure names the byte offset."""
 
     def __init__(self, buf: np.ndarray, source: str):
@@ -305,7 +305,7 @@ class _Parser:
                     f"tensor {name!r} needs bytes {offset}..{offset + nbytes} of the data section, which has "
                     f"{room} bytes (truncated file or offset outside the data)", data_start)
             out[name] = TensorInfo(name, ggml_type, ne, self.view(data_start + offset, nbytes, ggml_type, ne))
-        _check_overlaps(self, infos, data_start)
+        check_overlaps(self, infos, data_start)
         return out
 
     def view(self, start: int, nbytes: int, ggml_type: int, ne: tuple[int, ...]) -> np.ndarray:
@@ -315,7 +315,7 @@ class _Parser:
         return raw
 
 
-def _check_overlaps(p: _Parser, infos: list, data_start: int) -> None:
+def check_overlaps(p: Parser, infos: list, data_start: int) -> None:
     spans = sorted((offset, offset + nbytes, name) for name, _t, _ne, offset, nbytes in infos)
     for (_s0, end0, name0), (start1, _e1, name1) in itertools.pairwise(spans):
         if start1 < end0:
