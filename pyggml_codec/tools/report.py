@@ -83,7 +83,7 @@ def stage_error_figure(report, title: str = ""):
     """rel RMS and max |A-B| per stage on a log axis; zeros on the bottom line, the first
     stage past tolerance marked with a red line, failed stage names in red."""
     stages = report.stages
-    fig = _figure(max(7.0, min(11.5, 2.5 + 0.32 * len(stages))), 4.6)
+    fig = _figure(max(8.5, min(11.5, 4.5 + 0.3 * len(stages))), 4.6)
     ax = fig.add_subplot()
     x = np.arange(len(stages))
     series = {"rel RMS": np.array([_metric(s, "rel_rms") for s in stages]),
@@ -120,7 +120,7 @@ def stage_error_figure(report, title: str = ""):
                 color=FAIL_COLOR, fontsize=9, va="bottom", ha="left" if first < 0.6 * len(stages) else "right")
     ax.set_ylabel("error of B against A (log)")
     ax.grid(True, which="major", axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower left" if first is None else "lower right", framealpha=0.9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # outside: hides no point
     ax.set_title(title or "Per-stage error", fontsize=11, pad=18 if first is not None else 6)
     return fig
 
