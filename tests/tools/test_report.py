@@ -219,3 +219,35 @@ def test_no_matplotlib_at_import():
             "print(any(m.startswith('matplotlib') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_s2cpp_compare_report_through_the_cli(tiny_model, tmp_path, monkeypatch, capsys):
+    """The command's page, with the C++ engine replaced by this library at f32 precision: each
+    direction's first divergent stage is the first whose arrays differ from the s2cpp run's."""
+    _mpl()
+    from pyggml_codec.tools import s2cpp
+
+    seen = {}
+    with pyggml_codec.load(tiny_model.f16_path, backend="cpu", precision="f32", n_threads=1) as f32:
+        def fake_harness(exe, kind, model, data, threads=1, timeout=0):
+            seen[kind] = s2cpp.our_stages(f32, kind, data), np.array(data)
+            return dumps.Dump(seen[kind][0], {"producer": "f32 stand-in"})
+
+        monkeypatch.setattr(s2cpp, "build_harness", lambda *a, **k: tmp_path / "s2cpp_dump")
+        monkeypatch.setattr(s2cpp, "harness_info", lambda exe: {"ggml_commit": "test", "avx2": True, "fma": True,
+                                                                 "f16c": True, "llamafile": False})
+        monkeypatch.setattr(s2cpp, "run_harness", fake_harness)
+        out = tmp_path / "s2.html"
+        assert _run("s2cpp-compare", tmp_path, "-m", tiny_model.f16_path, "--frames", "6", "--threads", "1",
+                    "--report", out) == 1
+    printed = capsys.readouterr().out
+    expected = []
+    with pyggml_codec.load(tiny_model.f16_path, backend="cpu", precision="s2cpp", n_threads=1) as ours:
+        for kind in ("decode", "encode"):
+            ref, data = seen[kind]
+            mine = s2cpp.our_stages(ours, kind, data)
+            expected.append(next(n for n in ref if not np.array_equal(ref[n], mine[n])))
+    html = out.read_text()
+    assert_self_contained(html, 2)
+    assert marked_first(html) == expected
+    assert all(f"first stage past tolerance: {n}" in printed for n in expected)
