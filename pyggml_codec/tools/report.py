@@ -1,19 +1,13 @@
-"""Self-contained HTML pages for ``compare``, ``s2cpp-compare`` and ``bench-backends`` (``--report``).
+"""Self-contained HTML pages for ``compare``, ``s2cpp-compare`` and ``bench-backends`` (``--report``):
+one ``.html`` file, every picture a base64 PNG (no URL, no script), so it opens offline.
 
-A page is one ``.html`` file with every picture embedded as a base64 PNG (no external URL,
-no script): it opens offline and can be attached to a bug report.
+* :func:`compare_page`: per-stage error (rel RMS, max abs; log scale; the first stage past tolerance
+  marked), the two waveforms and B − A, log-mel spectrograms of each and of B − A (mel in numpy);
+* :func:`s2cpp_page`: per-stage error of each direction against the C++ engine;
+* :func:`bench_page`: times and compute memory per backend and direction, parity against the CPU.
 
-* :func:`compare_page`: per-stage error (rel RMS and max abs, log scale, the first stage past
-  tolerance marked), the two waveforms and their difference, log-mel spectrograms of each and
-  of the difference (mel filterbank computed here, in numpy).
-* :func:`s2cpp_page`: the per-stage error of each direction against the C++ engine.
-* :func:`bench_page`: warm and cold times per backend and direction, compute memory, and the
-  parity of each backend against the CPU.
-
-Plotting needs matplotlib, the optional extra ``pip install 'pyggml_codec[plot]'``; it is
-imported only when a page is drawn (Agg canvas, no pyplot, no global backend change).
-:func:`require_plotting` raises :class:`PlotExtraMissing` when it is absent, so commands can
-fail before their long work starts.
+Plotting needs matplotlib (``pip install 'pyggml_codec[plot]'``), imported only when a page is
+drawn (Agg canvas, no pyplot); :func:`require_plotting` lets commands fail before long work.
 """
 
 from __future__ import annotations
@@ -43,13 +37,9 @@ class PlotExtraMissing(CodecError, ImportError):
 def require_plotting() -> None:
     """Raise :class:`PlotExtraMissing` (naming the install line) when matplotlib cannot be imported."""
     try:
-        import matplotlib  # noqa: F401
         from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
     except ImportError as exc:
         raise PlotExtraMissing(f"--report needs matplotlib, which is not installed ({exc}): {INSTALL_HINT}") from None
-
-
-# --------------------------------------------------------------------------- figures
 
 
 def _figure(width: float, height: float):
@@ -57,21 +47,20 @@ def _figure(width: float, height: float):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
+    return FigureCanvasAgg(Figure(figsize=(width, height), dpi=100, layout="constrained")).figure
 
 
-def png_data_uri(fig) -> str:
-    """The figure as a ``data:image/png;base64,...`` URI."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+def _log_range(values: np.ndarray, empty_lo: float) -> tuple[float, float]:
+    """A decade below the least positive finite value and one above the greatest."""
+    v = values[np.isfinite(values) & (values > 0)]
+    if not v.size:
+        return empty_lo, 1.0
+    return 10 ** math.floor(math.log10(v.min())) / 10, 10 ** math.ceil(math.log10(v.max())) * 10
 
 
-def _metric(stage, name: str) -> float:
-    v = stage.metrics.get(name)
-    return math.nan if v is None else float(v)
+def _label_bars(ax, xs, ys, texts, dx: int = 3, **kw) -> None:
+    for x, y, text in zip(xs, ys, texts):
+        ax.annotate(text, (x, y), xytext=(dx, 0), textcoords="offset points", va="center", fontsize=7, **kw)
 
 
 def first_divergent_index(report) -> int | None:
@@ -86,30 +75,25 @@ def stage_error_figure(report, title: str = ""):
     fig = _figure(max(8.5, min(11.5, 4.5 + 0.3 * len(stages))), 4.6)
     ax = fig.add_subplot()
     x = np.arange(len(stages))
-    series = {"rel RMS": np.array([_metric(s, "rel_rms") for s in stages]),
-              "max |A−B|": np.array([_metric(s, "max_abs") for s in stages])}
-    finite = np.concatenate([v[np.isfinite(v) & (v > 0)] for v in series.values()])
-    lo = 10 ** math.floor(math.log10(finite.min())) / 10 if finite.size else 1e-12
-    hi = 10 ** math.ceil(math.log10(finite.max())) * 10 if finite.size else 1.0
+    series = {label: np.array([s.metrics.get(key, math.nan) for s in stages], dtype=float)
+              for label, key in (("rel RMS", "rel_rms"), ("max |A−B|", "max_abs"))}
+    lo, hi = _log_range(np.concatenate(list(series.values())), 1e-12)
     limits = np.array([s.limits.get("rel_rms") if s.kind == "float" else None for s in stages], dtype=float)
     for (label, v), marker, color in zip(series.items(), ("o", "s"), (A_COLOR, B_COLOR)):
         pos = np.isfinite(v) & (v > 0)
         ax.plot(x[pos], v[pos], marker, color=color, label=label, ms=6)
         zero = v == 0
         ax.plot(x[zero], np.full(zero.sum(), lo), marker, mfc="none", color=color, ms=6)
-        inf = np.isinf(v)
-        ax.plot(x[inf], np.full(inf.sum(), hi), "^", color=color, ms=7)
-    unknown = [i for i, s in enumerate(stages) if not s.ok and not s.metrics]
-    if unknown:  # shape mismatch or differing digest: no metric to draw
-        ax.plot(unknown, [hi] * len(unknown), "x", color=FAIL_COLOR, ms=9, mew=2, label="differs (no metric)")
+    top = [i for i, s in enumerate(stages)  # shapes differ, a digest differs, or A is all zeros
+           if (not s.ok and not s.metrics) or any(np.isinf(v[i]) for v in series.values())]
+    if top:
+        ax.plot(top, [hi] * len(top), "x", color=FAIL_COLOR, ms=9, mew=2, label="differs (infinite or no metric)")
     lim_ok = np.isfinite(limits) & (limits > 0)
     if lim_ok.any():
         ax.plot(x[lim_ok], limits[lim_ok], "_", color="0.35", ms=14, mew=2, label="rel RMS tolerance")
     if (np.concatenate(list(series.values())) == 0).any():
         ax.plot([], [], "o", mfc="none", color="0.4", label=ZERO_NOTE)
-    ax.set_yscale("log")
-    ax.set_ylim(lo / 2, hi * 2)
-    ax.set_xlim(-0.7, len(stages) - 0.3)
+    ax.set(yscale="log", ylim=(lo / 2, hi * 2), xlim=(-0.7, len(stages) - 0.3), ylabel="error of B against A (log)")
     ax.set_xticks(x, [s.name for s in stages], rotation=60, ha="right", fontsize=8)
     for tick, s in zip(ax.get_xticklabels(), stages):
         tick.set_color(OK_COLOR if s.ok else FAIL_COLOR)
@@ -118,53 +102,54 @@ def stage_error_figure(report, title: str = ""):
         ax.axvline(first, color=FAIL_COLOR, lw=1.5, ls="--")
         ax.text(first, 1.01, f"first divergent: {stages[first].name}", transform=ax.get_xaxis_transform(),
                 color=FAIL_COLOR, fontsize=9, va="bottom", ha="left" if first < 0.6 * len(stages) else "right")
-    ax.set_ylabel("error of B against A (log)")
     ax.grid(True, which="major", axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # outside: hides no point
     ax.set_title(title or "Per-stage error", fontsize=11, pad=18 if first is not None else 6)
     return fig
 
 
-def _mono(x: np.ndarray) -> tuple[np.ndarray, str]:
-    x = np.asarray(x, np.float64)
-    if x.ndim == 1:
-        return x, ""
-    x = x.reshape(-1, x.shape[-1])
-    return x[0], f" (channel 0 of {x.shape[0]})" if x.shape[0] > 1 else ""
+def _pair(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
+    """Channel 0 of A and B (float64), cut to the shorter; the note says what was left out."""
+    a, b = (np.asarray(x, np.float64) for x in (a, b))
+    note = f" (channel 0 of {a.shape[0]})" if a.ndim > 1 and a.shape[0] > 1 else ""
+    a, b = (x.reshape(-1, x.shape[-1])[0] for x in (a, b))
+    if a.size != b.size:
+        note += f" (lengths differ, {a.size} vs {b.size}: the first {min(a.size, b.size)} samples)"
+    n = min(a.size, b.size)
+    return a[:n], b[:n], note
 
 
 def waveform_figure(a: np.ndarray, b: np.ndarray, rate: int, names: Sequence[str] = ("A", "B")):
     """A, B and B − A over time (B − A on its own scale)."""
-    (a, note), (b, _) = _mono(a), _mono(b)
-    n = min(a.size, b.size)
-    t = np.arange(n) / rate
+    a, b, note = _pair(a, b)
     fig = _figure(11.5, 6.0)
     axes = fig.subplots(3, 1, sharex=True)
-    peak = max(np.abs(a[:n]).max(initial=0), np.abs(b[:n]).max(initial=0)) or 1.0
-    for ax, y, label, color in zip(axes, (a[:n], b[:n], b[:n] - a[:n]),
-                                   (f"A: {names[0]}", f"B: {names[1]}", "B − A"), (A_COLOR, B_COLOR, D_COLOR)):
-        ax.plot(t, y, color=color, lw=0.6)
+    peak = max(np.abs(a).max(initial=0), np.abs(b).max(initial=0)) or 1.0
+    diff_title = f"B − A (own scale; max |B−A| = {np.abs(b - a).max(initial=0):.3e})"
+    for ax, y, label, color in zip(axes, (a, b, b - a), (f"A: {names[0]}", f"B: {names[1]}", diff_title),
+                                   (A_COLOR, B_COLOR, D_COLOR)):
+        ax.plot(np.arange(a.size) / rate, y, color=color, lw=0.6)
         ax.set_ylabel("amplitude", fontsize=8)
-        ax.set_title(label + note + (f" (own scale; max |B−A| = {np.abs(y).max(initial=0):.3e})"
-                                     if label == "B − A" else ""), fontsize=9, loc="left")
+        ax.set_title(label + note, fontsize=9, loc="left")
         ax.grid(True, alpha=0.3)
-        if label != "B − A":
-            ax.set_ylim(-1.05 * peak, 1.05 * peak)
-    axes[-1].set_xlabel("time (s)" + (f"; lengths differ ({a.size} vs {b.size}): first {n} samples" if a.size != b.size
-                                      else ""))
+    for ax in axes[:2]:
+        ax.set_ylim(-1.05 * peak, 1.05 * peak)
+    axes[-1].set_xlabel("time (s)")
     return fig
+
+
+_MEL_STEP = np.log(6.4) / 27.0  # Slaney: 200/3 Hz per mel below 1 kHz (15 mel), log steps above
 
 
 def hz_to_mel(f):
     """Slaney's mel scale (linear below 1 kHz, logarithmic above), as librosa's default."""
     f = np.asarray(f, np.float64)
-    lin = f / (200.0 / 3)
-    return np.where(f >= 1000.0, 15.0 + np.log(np.maximum(f, 1e-9) / 1000.0) / (np.log(6.4) / 27.0), lin)
+    return np.where(f >= 1000.0, 15.0 + np.log(np.maximum(f, 1e-9) / 1000.0) / _MEL_STEP, f / (200.0 / 3))
 
 
 def mel_to_hz(m):
     m = np.asarray(m, np.float64)
-    return np.where(m >= 15.0, 1000.0 * np.exp((np.log(6.4) / 27.0) * (m - 15.0)), m * (200.0 / 3))
+    return np.where(m >= 15.0, 1000.0 * np.exp(_MEL_STEP * (m - 15.0)), m * (200.0 / 3))
 
 
 def mel_filterbank(rate: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: float | None = None) -> np.ndarray:
@@ -181,10 +166,7 @@ def mel_filterbank(rate: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: 
 def log_mel(x: np.ndarray, rate: int, n_fft: int = 2048, hop: int = 512, n_mels: int = 80,
             floor_db: float = -200.0) -> np.ndarray:
     """(n_mels, frames) log-mel power in dB of a mono signal (Hann window, centred frames)."""
-    x = np.asarray(x, np.float64)
-    x = np.pad(x, (n_fft // 2, n_fft // 2))
-    if x.size < n_fft:
-        x = np.pad(x, (0, n_fft - x.size))
+    x = np.pad(np.asarray(x, np.float64), (n_fft // 2, n_fft - n_fft // 2))  # >= n_fft samples: >= 1 frame
     frames = np.lib.stride_tricks.sliding_window_view(x, n_fft)[::hop]
     power = np.abs(np.fft.rfft(frames * np.hanning(n_fft + 1)[:-1], axis=1)) ** 2
     mel = mel_filterbank(rate, n_fft, n_mels) @ power.T
@@ -193,23 +175,17 @@ def log_mel(x: np.ndarray, rate: int, n_fft: int = 2048, hop: int = 512, n_mels:
 
 def spectrogram_figure(a: np.ndarray, b: np.ndarray, rate: int, names: Sequence[str] = ("A", "B")):
     """Log-mel of A and B (one shared dB scale) and of B − A (its own scale)."""
-    (a, note), (b, _) = _mono(a), _mono(b)
-    n = min(a.size, b.size)
-    a, b = a[:n], b[:n]
+    a, b, note = _pair(a, b)
     mels = [log_mel(y, rate) for y in (a, b, b - a)]
     fig = _figure(11.5, 7.5)
     axes = fig.subplots(3, 1, sharex=True)
-    top = max(mels[0].max(), mels[1].max())
-    shared = dict(vmin=top - 80, vmax=top)
-    extent = (0, n / rate, 0, mels[0].shape[0])
-    identical = not np.any(b - a)
-    for ax, m, label, scale in zip(axes, mels, (f"A: {names[0]}", f"B: {names[1]}", "B − A"),
-                                   (shared, shared, None)):
-        if scale is None:
-            dtop = m.max()
-            scale = dict(vmin=dtop - 80, vmax=dtop)
-            label += " (identical: no energy)" if identical else " (own scale)"
-        im = ax.imshow(m, origin="lower", aspect="auto", extent=extent, cmap="magma", interpolation="nearest", **scale)
+    top = max(mels[0].max(), mels[1].max())  # A and B share one scale, the difference has its own
+    extent = (0, a.size / rate, 0, mels[0].shape[0])
+    diff_label = "B − A" + (" (own scale)" if np.any(b - a) else " (identical: no energy)")
+    for ax, m, label, vmax in zip(axes, mels, (f"A: {names[0]}", f"B: {names[1]}", diff_label),
+                                  (top, top, mels[2].max())):
+        im = ax.imshow(m, origin="lower", aspect="auto", extent=extent, cmap="magma", interpolation="nearest",
+                       vmin=vmax - 80, vmax=vmax)
         ax.set_title(label + note, fontsize=9, loc="left")
         ax.set_ylabel("mel band", fontsize=8)
         fig.colorbar(im, ax=ax, label="dB", pad=0.01)
@@ -224,11 +200,8 @@ def agreement_figure(stage):
     ax = fig.add_subplot()
     colors = [OK_COLOR if v >= 100 * (stage.limits.get("agreement") or 0) else FAIL_COLOR for v in agree]
     ax.bar(np.arange(agree.size), agree, color=colors)
-    ax.set_ylim(min(90.0, float(agree.min(initial=100)) - 5), 100.5)
-    ax.set_xticks(np.arange(agree.size))
-    ax.set_xlabel("codebook")
-    ax.set_ylabel("equal codes (%)")
-    ax.set_title(f"{stage.name}: code agreement per codebook", fontsize=10)
+    ax.set(ylim=(min(90.0, float(agree.min(initial=100)) - 5), 100.5), xticks=np.arange(agree.size),
+           xlabel="codebook", ylabel="equal codes (%)", title=f"{stage.name}: code agreement per codebook")
     return fig
 
 
@@ -242,26 +215,18 @@ def bench_figure(result):
     y = np.arange(len(labels))
     ax_t.barh(y - 0.2, [t.warm_s for t in timings], 0.4, color=A_COLOR, label=f"warm (median of {result.repeats})")
     ax_t.barh(y + 0.2, [t.cold_s for t in timings], 0.4, color=B_COLOR, label="cold (build + first compute)")
-    for yi, t in zip(y, timings):
-        ax_t.annotate(f"{t.warm_s:.3g} s", (t.warm_s, yi - 0.2), xytext=(3, 0), textcoords="offset points",
-                      va="center", fontsize=7)
-        ax_t.annotate(f"{t.cold_s:.3g} s", (t.cold_s, yi + 0.2), xytext=(3, 0), textcoords="offset points",
-                      va="center", fontsize=7)
+    for attr, dy in (("warm_s", -0.2), ("cold_s", 0.2)):
+        vals = [getattr(t, attr) for t in timings]
+        _label_bars(ax_t, vals, y + dy, [f"{v:.3g} s" for v in vals])
     ax_t.set_yticks(y, labels, fontsize=8)
-    ax_t.invert_yaxis()
-    ax_t.set_xlabel("seconds")
-    ax_t.set_xlim(0, 1.2 * max([t.cold_s for t in timings], default=1.0))
+    ax_t.set(title=f"time per call ({result.seconds:g} s signal, precision {result.precision})",
+             ylim=(len(y) - 0.5, -0.5), xlabel="seconds", xlim=(0, 1.2 * max([t.cold_s for t in timings], default=1)))
     ax_t.legend(fontsize=8, loc="lower right")
-    ax_t.set_title(f"time per call ({result.seconds:g} s signal, precision {result.precision})", fontsize=10)
     mib = [t.compute_bytes / 2**20 for t in timings]
     ax_m.barh(y, mib, 0.5, color="0.5")
-    for yi, m in zip(y, mib):
-        ax_m.annotate(f"{m:.3g}", (m, yi), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
-    ax_m.set_xlim(0, 1.25 * max(mib, default=1.0))
-    ax_m.set_yticks(y, [""] * len(y))
-    ax_m.invert_yaxis()
-    ax_m.set_xlabel("compute buffers (MiB)")
-    ax_m.set_title("memory", fontsize=10)
+    _label_bars(ax_m, mib, y, [f"{m:.3g}" for m in mib])
+    ax_m.set(xlim=(0, 1.25 * max(mib, default=1.0)), yticks=y, yticklabels=[""] * len(y), ylim=(len(y) - 0.5, -0.5),
+             xlabel="compute buffers (MiB)", title="memory")
     return fig
 
 
@@ -272,43 +237,34 @@ def parity_figure(result):
     ax_e, ax_c = fig.subplots(1, 2, width_ratios=(2, 1))
     y = np.arange(len(rows))
     vals = np.array([[r.decode_rel_rms or 0.0, r.decode_max_abs or 0.0] for r in rows], np.float64)
-    pos = vals[vals > 0]
-    lo = 10 ** math.floor(math.log10(pos.min())) / 10 if pos.size else 1e-9
+    lo, _ = _log_range(vals.ravel(), 1e-9)
     for j, (label, color, marker) in enumerate((("rel RMS", A_COLOR, "o"), ("max |Δ|", B_COLOR, "s"))):
         v = vals[:, j]
         yj = y + (0.12 if j else -0.12)  # the two metrics side by side: zeros do not hide each other
         ax_e.plot(v[v > 0], yj[v > 0], marker, color=color, label=label, ms=7)
         ax_e.plot(np.full((v == 0).sum(), lo), yj[v == 0], marker, mfc="white", color=color, ms=7)
-    ax_e.set_xscale("log")
-    ax_e.set_xlim(lo / 2, max(1.0, vals.max(initial=0) * 10))
-    ax_e.set_yticks(y, [r.backend for r in rows])
-    ax_e.set_ylim(len(rows) - 0.5, -0.5)
+    ax_e.set(xscale="log", xlim=(lo / 2, max(1.0, vals.max(initial=0) * 10)), yticks=y,
+             yticklabels=[r.backend for r in rows], ylim=(len(rows) - 0.5, -0.5), title="decode parity")
     ax_e.set_xlabel(f"decode audio error against the CPU (log; {ZERO_NOTE.replace('bottom', 'left')})", fontsize=8)
     ax_e.legend(fontsize=8, loc="lower right")
     ax_e.grid(True, axis="x", alpha=0.3)
-    ax_e.set_title("decode parity", fontsize=10)
     agree = [100 * (r.codes_agreement if r.codes_agreement is not None else 0) for r in rows]
     ax_c.barh(y, agree, 0.5, color=[OK_COLOR if a >= 100 else FAIL_COLOR for a in agree])
-    for yi, a in zip(y, agree):
-        ax_c.annotate(f"{a:.2f}%", (a, yi), xytext=(-3, 0), textcoords="offset points", ha="right", va="center",
-                      color="white", fontsize=8)
-    ax_c.set_yticks(y, [""] * len(y))
-    ax_c.set_ylim(len(rows) - 0.5, -0.5)
-    ax_c.set_xlim(0, 100)
-    ax_c.set_xlabel("encode: codes equal to the CPU's (%)")
-    ax_c.set_title("encode parity", fontsize=10)
+    _label_bars(ax_c, agree, y, [f"{a:.2f}%" for a in agree], dx=-3, ha="right", color="white")
+    ax_c.set(yticks=y, yticklabels=[""] * len(y), ylim=(len(rows) - 0.5, -0.5), xlim=(0, 100),
+             xlabel="encode: codes equal to the CPU's (%)", title="encode parity")
     return fig
 
 
 # --------------------------------------------------------------------------- HTML
 
-_STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1180px;color:#222}
-h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ccc}
-table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}
-td:first-child,th:first-child,td:last-child,th:last-child{text-align:left}tr.fail td{color:#c0392b}tr.first td{font-weight:bold;background:#fdecea}
+_STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1180px;color:#222}h1{font-size:1.4em}
+h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ccc}table{border-collapse:collapse;font-size:12px}
+td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}tr.fail td{color:#c0392b}pre{white-space:pre-wrap}
+td:first-child,th:first-child,td:last-child,th:last-child{text-align:left}pre{font-size:12px}
 .verdict{font-size:1.05em;padding:.4em .6em;border-left:4px solid}.ok{border-color:#27ae60}.bad{border-color:#c0392b}
 img{max-width:100%;display:block;margin:.5em 0}dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}
-dt{font-weight:bold}dd{margin:0}pre{white-space:pre-wrap;font-size:12px}"""
+dt{font-weight:bold}dd{margin:0}tr.first td{font-weight:bold;background:#fdecea}"""
 
 
 def _e(x: Any) -> str:
@@ -316,7 +272,10 @@ def _e(x: Any) -> str:
 
 
 def img(fig, alt: str) -> str:
-    return f'<img alt="{_e(alt)}" src="{png_data_uri(fig)}">'
+    """The figure as an ``<img>`` whose source is a ``data:image/png;base64`` URI."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode("ascii")}">'
 
 
 def info_list(items: Mapping[str, Any]) -> str:
@@ -342,9 +301,9 @@ def stage_table(report) -> str:
         out.append(f'<tr class="{cls}" data-stage="{_e(s.name)}">' + "".join(f"<td>{_e(c)}</td>" for c in cells)
                    + "</tr>")
     out.append("</table>")
-    for label, names in (("only in A (not compared)", report.only_in_a), ("only in B (not compared)", report.only_in_b)):
+    for side, names in (("A", report.only_in_a), ("B", report.only_in_b)):
         if names:
-            out.append(f"<p>{label}: {_e(', '.join(names))}</p>")
+            out.append(f"<p>only in {side} (not compared): {_e(', '.join(names))}</p>")
     return "".join(out)
 
 
@@ -367,31 +326,27 @@ def html_page(title: str, body: Sequence[str]) -> str:
 
 def write_page(path: str | os.PathLike, text: str) -> Path:
     """Write the page atomically (no half-written file on failure)."""
-    path = Path(path)
-    with atomic_path(path) as tmp:
+    with atomic_path(Path(path)) as tmp:
         tmp.write_text(text, encoding="utf-8")
-    return path
+    return Path(path)
 
 
 # --------------------------------------------------------------------------- the three pages
 
 
 def _audio_and_rate(x: Any, stages: Mapping[str, np.ndarray]) -> tuple[np.ndarray | None, int | None]:
+    """The float ``audio`` stage of a compared input and its sample rate (None when not recorded)."""
+    import soundfile as sf
+
+    from ..io.dumps import is_dump, load_dump
+
     audio = stages.get("audio")
     if audio is None or not np.issubdtype(np.asarray(audio).dtype, np.floating):
         return None, None
-    rate = None
     if isinstance(x, (str, os.PathLike)):
-        from ..io.dumps import is_dump, load_dump
-
-        if is_dump(x):
-            rate = load_dump(x).meta.get("sample_rate")
-        else:
-            import soundfile as sf
-
-            rate = sf.info(str(x)).samplerate
-    elif hasattr(x, "meta"):
-        rate = x.meta.get("sample_rate")
+        rate = load_dump(x).meta.get("sample_rate") if is_dump(x) else sf.info(str(x)).samplerate
+    else:
+        rate = getattr(x, "meta", {}).get("sample_rate")
     return np.asarray(audio), (int(rate) if rate else None)
 
 
@@ -405,16 +360,14 @@ def compare_page(report, a: Any, b: Any) -> str:
                        "stages compared": len(report.stages)}),
             "<h2>Per-stage error</h2>", stage_section(report, f"B against A, {len(report.stages)} stages")]
     if wa is None or wb is None:
-        body.append("<h2>Audio</h2><p>No float <code>audio</code> stage in both inputs: no waveform or spectrogram.</p>")
+        body.append("<h2>Audio</h2><p>No float <code>audio</code> stage in both inputs: "
+                    "no waveform or spectrogram.</p>")
     else:
-        rate = ra or rb
-        note = "" if rate else " Sample rate not recorded in either input: 44100 Hz assumed for the time axis."
-        if ra and rb and ra != rb:
-            note = f" Sample rates differ ({ra} vs {rb} Hz): A's is used."
-        rate = rate or 44100
-        n = min(_mono(wa)[0].size, _mono(wb)[0].size)
-        if not np.any(_mono(wa)[0][:n] != _mono(wb)[0][:n]):
-            note += " The audio of A and B is identical: B − A is zero (no energy in its spectrogram)."
+        rate = ra or rb or 44100
+        note = "" if ra or rb else " Sample rate not recorded in either input: 44100 Hz assumed for the time axis."
+        note += f" Sample rates differ ({ra} vs {rb} Hz): A's is used." if ra and rb and ra != rb else ""
+        note += "" if np.any(np.subtract(*_pair(wa, wb)[:2])) else (
+            " The audio of A and B is identical: B − A is zero (no energy in its spectrogram).")
         names = (report.a, report.b)
         body += ["<h2>Waveforms</h2>", f"<p>{_e(note.strip())}</p>" if note else "",
                  img(waveform_figure(wa, wb, rate, names), "waveforms A, B and B - A"),
@@ -425,7 +378,7 @@ def compare_page(report, a: Any, b: Any) -> str:
 
 def s2cpp_page(reports: Mapping[str, Any], info: Mapping[str, Any] | None = None) -> str:
     """The page of ``s2cpp-compare``: per direction, each stage of this library against s2.cpp."""
-    body = [info_list({k: v for k, v in (info or {}).items()})] if info else []
+    body = [info_list(info)] if info else []
     for kind, report in reports.items():
         body += [f"<h2>{_e(kind)}: {_e(report.b)} against {_e(report.a)}</h2>",
                  stage_section(report, f"{kind}: {report.b} against {report.a} (tolerance: bit for bit)")]
@@ -438,8 +391,7 @@ def bench_page(result) -> str:
                        "warm runs": result.repeats, "backends": ", ".join(r.backend for r in result.rows)})]
     if result.note:
         body.append(f"<p>{_e(result.note)}</p>")
-    failed = [r for r in result.rows if not r.ok]
-    body += [f'<p class="verdict bad">{_e(r.backend)}: FAILED: {_e(r.error)}</p>' for r in failed]
+    body += [f'<p class="verdict bad">{_e(r.backend)}: FAILED: {_e(r.error)}</p>' for r in result.rows if not r.ok]
     if any(r.ok for r in result.rows):
         body += ["<h2>Timing</h2>", img(bench_figure(result), "timing per backend and direction"),
                  "<h2>Parity against the CPU</h2>", img(parity_figure(result), "parity against the CPU")]
