@@ -14,6 +14,7 @@ from ..io.fileio import atomic_path
 from ..diagnostics.compare import CompareUsageError, compare
 
 PROG = "pyggml-codec"
+REPORT_HELP = "also write a self-contained HTML page with plots (needs pip install 'pyggml_codec[plot]')"
 
 
 def _non_negative(text: str) -> float:
@@ -58,6 +59,7 @@ def register_cli(subparsers, parents: list | tuple = ()) -> None:
     cmp_.add_argument("--agreement", type=_non_negative, default=None,
                       help="least fraction of equal codes per codebook (default 1.0)")
     _json_options(cmp_, "report")
+    cmp_.add_argument("--report", type=Path, default=None, metavar="HTML", help=REPORT_HELP)
     cmp_.add_argument("--brief", action="store_true",
                       help="print only the verdict line (what -q printed in 0.1; -q now prints nothing)")
     cmp_.set_defaults(func=cmd_compare)
@@ -73,6 +75,7 @@ def register_cli(subparsers, parents: list | tuple = ()) -> None:
     bench.add_argument("--precision", choices=("f32", "s2cpp"), default="f32", help="codec precision (default: %(default)s)")
     bench.add_argument("--threads", type=int, default=None, help="CPU threads (default: usable cores)")
     _json_options(bench, "results")
+    bench.add_argument("--report", type=Path, default=None, metavar="HTML", help=REPORT_HELP)
     bench.set_defaults(func=cmd_bench_backends)
 
     s2 = subparsers.add_parser(
@@ -93,6 +96,7 @@ def register_cli(subparsers, parents: list | tuple = ()) -> None:
                          "(repeatable; default: none)")
     s2.add_argument("--build-dir", type=Path, default=None, help="harness build folder (default: a cache)")
     _json_options(s2, "reports")
+    s2.add_argument("--report", type=Path, default=None, metavar="HTML", help=REPORT_HELP)
     s2.set_defaults(func=cmd_s2cpp_compare)
 
 
@@ -138,13 +142,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not Path(p).is_file():
             return _error(f"{p}: no such file", 1)
     try:
+        _check_report(args)
         report = compare(args.a, args.b, _tolerances_from(args))
     except CompareUsageError as exc:
         return _error(str(exc), 2)
     except (CodecError, OSError, ValueError) as exc:
         return _error(str(exc) or type(exc).__name__, 1)
     _say(args, report.to_json() if _json_stdout(args) else report.verdict() if args.brief else report.table())
-    if not _write_json(json_file, report.to_json):
+    if not _write_json(json_file, report.to_json) or not _write_report(
+            args, lambda page: page.compare_page(report, args.a, args.b)):
         return 1
     return 0 if report.ok else 1
 
@@ -162,12 +168,13 @@ def cmd_bench_backends(args: argparse.Namespace) -> int:
     if not _model_ok(args.model):
         return 1
     try:
+        _check_report(args)
         result = bench_backends(args.model, seconds=args.seconds, repeats=args.repeats,
                                 precision=args.precision, n_threads=args.threads)
     except (CodecError, OSError, ValueError) as exc:
         return _error(str(exc) or type(exc).__name__, 1)
     _say(args, result.to_json() if _json_stdout(args) else result.table())
-    if not _write_json(json_file, result.to_json):
+    if not _write_json(json_file, result.to_json) or not _write_report(args, lambda page: page.bench_page(result)):
         return 1
     return 0 if result.ok else 1
 
@@ -193,6 +200,28 @@ def _write_json(path: Path | None, to_json) -> bool:
         _write_text(path, to_json())
     except OSError as exc:
         _error(f"{path}: cannot write ({exc.strerror or exc})", 1)
+        return False
+    return True
+
+
+def _check_report(args: argparse.Namespace) -> None:
+    """``--report`` without matplotlib fails here, before any long work (PlotExtraMissing, exit 1)."""
+    if getattr(args, "report", None) is not None:
+        from ..diagnostics.report import require_plotting
+
+        require_plotting()
+
+
+def _write_report(args: argparse.Namespace, build) -> bool:
+    """Write ``build(report_module)`` to ``--report`` (if given); False (error printed) when it cannot."""
+    if getattr(args, "report", None) is None:
+        return True
+    from ..diagnostics import report as page
+
+    try:
+        page.write_page(args.report, build(page))
+    except OSError as exc:
+        _error(f"{args.report}: cannot write ({exc.strerror or exc})", 1)
         return False
     return True
 
@@ -242,6 +271,7 @@ def cmd_s2cpp_compare(args: argparse.Namespace) -> int:
         return 1
     text = sys.stderr if _json_stdout(args) else sys.stdout  # stdout holds only the JSON with --json
     try:
+        _check_report(args)
         s2cpp.check_model_for_s2cpp(args.model)
         exe = s2cpp.build_harness(args.s2cpp, args.build_dir, args.cmake_arg)
         info = s2cpp.harness_info(exe)
@@ -271,5 +301,8 @@ def cmd_s2cpp_compare(args: argparse.Namespace) -> int:
     if _json_stdout(args):
         _say(args, as_json())
     if not _write_json(json_file, as_json):
+        return 1
+    meta = {"s2.cpp ggml": info.get("ggml_commit"), "ISA": s2cpp.isa_key(info), "model": args.model}
+    if not _write_report(args, lambda page: page.s2cpp_page(reports, meta)):
         return 1
     return 0 if all(r.ok for r in reports.values()) else 1

@@ -159,7 +159,7 @@ class Report:
     def table(self) -> str:
         """A plain-text table, one row per stage, and a verdict line."""
         head = ("stage", "shape", "max_abs", "rel_rms", "cosine", "snr_db", "agree", "status")
-        rows = [head] + [_row(s) for s in self.stages]
+        rows = [head] + [stage_row(s) for s in self.stages]
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         lines += [f"only in A (not compared): {', '.join(self.only_in_a)}"] if self.only_in_a else []
@@ -193,7 +193,7 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _row(s: StageResult) -> tuple[str, ...]:
+def stage_row(s: StageResult) -> tuple[str, ...]:
     m = s.metrics
     shape = "x".join(map(str, s.shape_a)) if s.shape_a == s.shape_b else f"{s.shape_a} vs {s.shape_b}"
     agree = m.get("agreement")
