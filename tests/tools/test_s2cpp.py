@@ -290,3 +290,24 @@ def test_llamafile_build_warns(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error", pc.ExactnessWarning)
         pc.load(MODEL, backend="cpu", precision="f32").close()
+
+
+def test_this_build_warns_exactly_when_it_is_not_exact():
+    """Not simulated: this ggml build's own LLAMAFILE setting. On a LLAMAFILE=ON build (the
+    CI's llamafile step builds one) load(precision="s2cpp") warns ExactnessWarning naming the
+    fix; on an exact build it does not warn. f32 never warns."""
+    import warnings
+
+    exactness = buildinfo.s2cpp_exactness()
+    print(f"llamafile {binding.has_llamafile()}, exactness {exactness}")
+    if binding.has_llamafile():
+        assert exactness["exact"] is False
+        with pytest.warns(pc.ExactnessWarning, match="LLAMAFILE on"):
+            pc.load(MODEL, backend="cpu", precision="s2cpp").close()
+    elif exactness["exact"] is True:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pc.ExactnessWarning)
+            pc.load(MODEL, backend="cpu", precision="s2cpp").close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pc.ExactnessWarning)
+        pc.load(MODEL, backend="cpu", precision="f32").close()
