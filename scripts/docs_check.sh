@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the documentation site strictly and run every code block of the README and the docs.
-#   bash scripts/docs_check.sh            in the venv that scripts/test.sh made (PYGGML_VENV, default .venv)
+#   bash scripts/docs_check.sh [PYTEST_ARGS...]   in the venv that scripts/test.sh made (PYGGML_VENV,
+#                                                default .venv); the arguments go to the code blocks' pytest
 # A broken link, a missing API reference or a failing code block fails it. The code blocks run on
 # the demo model; a block marked <!-- skip: reason --> is reported with its reason.
 set -euo pipefail
@@ -37,4 +38,4 @@ trap 'rm -rf "$SITE"' EXIT
 echo "== mkdocs build --strict"
 python -m mkdocs build --strict --site-dir "$SITE"
 echo "== code blocks of README.md and docs/"
-python -m pytest -q -rs -p no:cacheprovider tests/docs
+python -m pytest -q -rs -p no:cacheprovider tests/docs "$@"

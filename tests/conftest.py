@@ -2,6 +2,10 @@
 
 Slow tests (marked ``@pytest.mark.slow``, e.g. everything using ``full_model``) run only with
 ``--run-slow`` or ``PYGGML_RUN_SLOW=1``.
+
+``PYGGML_REQUIRE`` (comma-separated, e.g. ``kernels,blas,rowdot,ray,vulkan``; CI sets it per step)
+names the parts of an install that must be present: a test that would skip for want of one of
+them fails instead (``require`` below). Unset, a missing part skips its tests, with the reason.
 """
 
 from __future__ import annotations
@@ -9,6 +13,37 @@ from __future__ import annotations
 import os
 
 import pytest
+
+# What PYGGML_REQUIRE may name: the compiled CPU kernels, a CBLAS sgemm for them, the row-product
+# kernel (a native AVX2+FMA+F16C or AVX-512 build with a BLAS), the [ray] extra, a Vulkan device.
+REQUIREMENTS = ("kernels", "blas", "rowdot", "ray", "vulkan")
+
+
+def required() -> set[str]:
+    """The parts PYGGML_REQUIRE names (a pytest.UsageError for a name not in REQUIREMENTS)."""
+    names = {n.strip() for n in os.environ.get("PYGGML_REQUIRE", "").split(",") if n.strip()}
+    unknown = names - set(REQUIREMENTS)
+    if unknown:
+        raise pytest.UsageError(f"PYGGML_REQUIRE names {sorted(unknown)}; known: {', '.join(REQUIREMENTS)}")
+    return names
+
+
+def require(what: str, present: bool, reason: str) -> None:
+    """Skip the calling test when ``present`` is false, saying ``reason``; fail instead when
+    PYGGML_REQUIRE names ``what``, since the run was meant to exercise it."""
+    if what not in REQUIREMENTS:
+        raise ValueError(f"unknown requirement {what!r}; known: {', '.join(REQUIREMENTS)}")
+    if present:
+        return
+    if what in required():
+        pytest.fail(f"PYGGML_REQUIRE names {what!r}, but it is missing: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session", name="require")
+def require_fixture():
+    """``require(what, present, reason)`` for tests and module fixtures (see ``require``)."""
+    return require
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -18,6 +53,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    required()  # a misspelt PYGGML_REQUIRE is a usage error, not a requirement silently dropped
     config.addinivalue_line("markers", "slow: needs the full-size S2 model or minutes of CPU")
     config.addinivalue_line("markers", "gpu: runs on a GPU backend (--gpu-backend); skips where this build has none")
 

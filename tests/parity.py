@@ -35,8 +35,15 @@ def signal(n: int, seed: int) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def code_agreement(got: np.ndarray, want: np.ndarray, margins: np.ndarray, threshold: float = 1e-4):
-    """(fraction equal where the reference margin > threshold, near-tie count, overall fraction)."""
+def code_agreement(got: np.ndarray, want: np.ndarray, margins: np.ndarray, threshold: float = 1e-4,
+                   min_clear: float = 0.5):
+    """(fraction equal where the reference margin > threshold, near-tie count, overall fraction).
+
+    At least ``min_clear`` of the codes must have a clear margin: otherwise the first number
+    would speak for a handful of codes (or none), and the comparison fails instead."""
     clear = margins > threshold
     eq = got == want
-    return float(eq[clear].mean()) if clear.any() else 1.0, int((~clear).sum()), float(eq.mean())
+    assert eq.shape == clear.shape, (eq.shape, clear.shape)
+    assert clear.mean() >= min_clear, (f"only {int(clear.sum())} of {clear.size} codes have a margin > {threshold}: "
+                                       f"too few to compare codes")
+    return float(eq[clear].mean()), int((~clear).sum()), float(eq.mean())

@@ -5,20 +5,36 @@ interpreter is named in the failure. Arguments arrive in ``sys.argv``.
 """
 
 ABSURD_SCRIPT = '''
+# Work is counted, not timed: Python line events while the load runs (sys.settrace). A loop
+# sized by an absurd count runs past LINE_CAP, and the tracer then stops it with WorkBudget.
 import json, resource, sys, time, tracemalloc, pyggml_codec
-cases, valid = json.loads(sys.argv[1]), sys.argv[2]
+cases, valid, LINE_CAP = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 pyggml_codec.load(valid, "cpu", n_threads=1).close()  # warm: imports, backend, a full load
 base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+class WorkBudget(BaseException):
+    pass
 for case_id, path in cases:
     def attempt(path=path):
+        lines = [0]
+        def tracer(frame, event, arg):
+            if event == "line":
+                lines[0] += 1
+                if lines[0] > LINE_CAP:
+                    sys.settrace(None)
+                    raise WorkBudget(f"more than {LINE_CAP} Python lines")
+            return tracer
         tracemalloc.start()
         t0 = time.perf_counter()
+        sys.settrace(tracer)
         try:
             pyggml_codec.load(path, "cpu", n_threads=1).close()
             out = {"raised": None}
         except BaseException as exc:
             out = {"raised": type(exc).__name__, "mro": [c.__name__ for c in type(exc).__mro__], "message": str(exc)}
-        out["seconds"] = time.perf_counter() - t0
+        finally:
+            sys.settrace(None)
+        out["seconds"] = time.perf_counter() - t0  # printed, never asserted
+        out["lines"] = lines[0]
         out["peak_mb"] = tracemalloc.get_traced_memory()[1] / 2**20
         tracemalloc.stop()
         return out
@@ -119,9 +135,11 @@ def cycle():
     with pyggml_codec.load(path, "cpu", n_threads=1) as c:
         out = (c.encode(x), c.decode(np.zeros((10, 2), np.int32)))
     try:
-        pyggml_codec.load(broken, "cpu", n_threads=1)  # the failure path must not leak either
+        pyggml_codec.load(broken, "cpu", n_threads=1).close()  # the failure path must not leak either
     except pyggml_codec.ModelFileError:
         pass
+    else:
+        raise AssertionError(f"the broken file {broken} loaded; the cycle must exercise the failure path")
     return out
 def cycles_():
     ref = cycle()

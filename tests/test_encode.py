@@ -15,6 +15,9 @@ F32_REL_RMS = 1e-5
 # s2cpp mode rounds every conv input to F16; ~1e-3 measured at tiny size.
 S2CPP_REL_RMS = 5e-3
 TIE = 1e-4  # codes are compared exactly where the oracle's top-2 cosine margin exceeds this
+# s2cpp: F16 rounding moves the latent by ~8e-4 rel RMS, so scores move by ~1e-3; codes are
+# compared where the margin exceeds that (99.5 % of the codes of the test signal).
+S2CPP_TIE = 1e-3
 
 # (seconds, extra samples): 7 s exceeds the 512-latent-frame encoder window; 3.3 s + 1234
 # samples is not a multiple of 2048 and makes ceil(n / 512) not a multiple of 4.
@@ -31,7 +34,7 @@ def f32_codec(tiny_model):
         yield c
 
 
-def _check(label, codec, model, x, pad_to, tol):
+def _check(label, codec, model, x, pad_to, tol, tie=TIE):
     multiple = 2048 if pad_to == "code_frame" else 512
     result = codec.encode_stages(x, pad_to=pad_to)
     lat = oracle.latent(model, x, multiple)
@@ -39,8 +42,8 @@ def _check(label, codec, model, x, pad_to, tol):
     margins, want = oracle.margins_and_codes(model, x, multiple)
     r_lat, _ = report(f"{label} latent", result.stages["latent"], lat)
     r_pre, _ = report(f"{label} pre_module", result.stages["pre_module"].T, pre)
-    clear, ties, overall = code_agreement(result.codes, want, margins, TIE)
-    print(f"{label} codes: {clear:.2%} equal on clear frames, {ties} near-ties, {overall:.2%} overall")
+    clear, ties, overall = code_agreement(result.codes, want, margins, tie)
+    print(f"{label} codes: {clear:.2%} equal where the margin > {tie}, {ties} near-ties, {overall:.2%} overall")
     assert result.codes.shape == (codec.config.n_codebooks, -(-x.shape[0] // 2048))
     return r_lat, r_pre, clear
 
@@ -56,11 +59,15 @@ def test_encode_matches_oracle_tiny_f32(tiny_model, f32_codec, seconds, extra, p
 
 
 def test_encode_matches_oracle_tiny_s2cpp(tiny_model):
+    """s2cpp against the f32 oracle. Measured: latent 8.2e-4 and pre_module 8.4e-4 rel RMS
+    (bound 5e-3); all 660 codes equal (smallest oracle margin 2.8e-4, 3 codes under 1e-3).
+    Every code whose margin exceeds S2CPP_TIE must be equal."""
     x = signal(_n(3, 1234), seed=5)
     with pyggml_codec.load(tiny_model.f16_path, backend="cpu", precision="s2cpp") as codec:
-        r_lat, r_pre, clear = _check("tiny s2cpp/F16", codec, tiny_model.model, x, "code_frame", S2CPP_REL_RMS)
+        r_lat, r_pre, clear = _check("tiny s2cpp/F16", codec, tiny_model.model, x, "code_frame", S2CPP_REL_RMS,
+                                     S2CPP_TIE)
     assert r_lat <= S2CPP_REL_RMS and r_pre <= S2CPP_REL_RMS
-    assert clear >= 0.9  # F16 rounding moves scores by ~1e-3, beyond the tie threshold
+    assert clear == 1.0
 
 
 @pytest.mark.slow

@@ -133,7 +133,7 @@ def test_stream_validates_chunks(codec):
 
 
 @pytest.mark.parametrize("kv", ["arena", "arena-ggml", "concat"])
-def test_kv_lowerings_stream_alike(tiny_model, kv, monkeypatch):
+def test_kv_lowerings_stream_alike(tiny_model, kv, monkeypatch, require):
     """Both lowerings of a streamed attention's keys and values (host arena rows read and written
     in place, its attention by the fused op or by ggml's ops, or carried state concatenated in the
     graph) give the one-shot decode, one stream and a batched step, through the arena's moves (a
@@ -142,8 +142,8 @@ def test_kv_lowerings_stream_alike(tiny_model, kv, monkeypatch):
     1e-6."""
     if kv == "arena-ggml":
         monkeypatch.setattr(arena_attention, "WINDOW_ATTENTION", False)
-    elif kv == "arena" and not arena_attention.WINDOW_ATTENTION:
-        pytest.skip("compiled kernels not built")
+    elif kv == "arena":
+        require("kernels", arena_attention.WINDOW_ATTENTION, "compiled kernels not built")
     fused, label = kv == "arena", kv
     kv = kv.split("-")[0]
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1, lowerings={"kv": kv}) as c:

@@ -19,7 +19,10 @@ from pyggml_codec.graphs import ops
 
 REL_MAX = 2e-6
 
-pytestmark = pytest.mark.skipif(not arena_attention.WINDOW_ATTENTION, reason="compiled kernels not built")
+
+@pytest.fixture(autouse=True)
+def _kernels(require):
+    require("kernels", arena_attention.WINDOW_ATTENTION, "compiled kernels not built")
 
 
 def _attention(q, keys, values, first, mask, scale, threads=2, key_type=ops.F32):

@@ -25,7 +25,11 @@ from graphrun import run_cpu_graph
 
 REL_MAX = 2e-6
 
-pytestmark = pytest.mark.skipif(kernels.BLAS is None, reason=f"no BLAS: {kernels.BLAS_UNAVAILABLE_REASON}")
+
+@pytest.fixture(autouse=True)
+def _blas(require):
+    """Every test here needs the BLAS kernels: skipped without them, failed under PYGGML_REQUIRE=blas."""
+    require("blas", kernels.BLAS is not None, f"no BLAS: {kernels.BLAS_UNAVAILABLE_REASON}")
 
 
 _run = run_cpu_graph
@@ -262,15 +266,15 @@ def test_conv_wino_input_op_gives_the_same_bits(segments, length, d, max_tiles, 
     assert np.array_equal(two, one)
 
 
-@pytest.mark.skipif(not kernels.ROWDOT, reason="row products not built here")
 @pytest.mark.parametrize("m", sorted(winograd_tables.VARIANTS))
 @pytest.mark.parametrize("d,threads", [(1, 2), (3, 1), (9, 2)])
-def test_conv_wino_short_blocks_give_the_long_blocks_bits(m, d, threads, monkeypatch):
+def test_conv_wino_short_blocks_give_the_long_blocks_bits(m, d, threads, monkeypatch, require):
     """Blocks of one tile row (a streamed chunk's: the transforms by channel, all of a channel's
     tiles at once) against blocks of dozens (by residue, 8 tile rows at a time) and against the
     output channels split between threads (every tile in one product): the same bits, with row
     products on all sides, whose sums do not depend on the column count. Within 2e-6 of float64
     numpy too."""
+    require("rowdot", kernels.ROWDOT, "row products not built here")
     monkeypatch.setattr(winograd_conv, "wino_rowdot_tiles", lambda cin: 1 << 30)
     monkeypatch.setattr(winograd_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 1024)  # blocks of tile rows at 1500 samples
     wino = winograd_tables.VARIANTS[m]

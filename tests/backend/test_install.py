@@ -42,15 +42,23 @@ def test_doctor_reports_the_build_it_runs():
     assert f"ggml            {info['ggml']}" in text.stdout and "--force-reinstall" in text.stdout
 
 
-def test_doctor_names_the_openblas_kernel_choice():
-    """OPENBLAS_CORETYPE changes OpenBLAS's kernel; the report says which one runs."""
-    if kernels.BLAS is None:
-        pytest.skip(f"no BLAS: {kernels.BLAS_UNAVAILABLE_REASON}")
-    env_core = os.environ.get("OPENBLAS_CORETYPE")
-    info = json.loads(_cli("doctor", "--json").stdout)
-    print("OpenBLAS kernel:", info["blas"]["corename"], "| OPENBLAS_CORETYPE:", env_core)
-    if env_core:
-        assert info["blas"]["corename"].lower() == env_core.lower()
+def test_doctor_names_the_openblas_kernel_choice(require, monkeypatch):
+    """OPENBLAS_CORETYPE changes OpenBLAS's kernel; the report says which one runs. The child
+    is run without the variable, then with it naming a kernel other than that one (on x86-64
+    DYNAMIC_ARCH builds, such as numpy's, Nehalem or SandyBridge), and the report must follow.
+    Measured here: SkylakeX with the variable unset, Nehalem when it names Nehalem."""
+    require("blas", kernels.BLAS is not None, f"no BLAS: {kernels.BLAS_UNAVAILABLE_REASON}")
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    native = json.loads(_cli("doctor", "--json").stdout)["blas"]
+    print("OpenBLAS kernel:", native["corename"], "| config:", native["config"])
+    assert native["corename"]
+    if "DYNAMIC_ARCH" not in native["config"] or os.uname().machine not in ("x86_64", "AMD64"):
+        pytest.skip(f"this OpenBLAS has one kernel ({native['config']}): OPENBLAS_CORETYPE cannot change it")
+    other = "SandyBridge" if native["corename"].lower() == "nehalem" else "Nehalem"
+    monkeypatch.setenv("OPENBLAS_CORETYPE", other)
+    forced = json.loads(_cli("doctor", "--json").stdout)["blas"]
+    print(f"OPENBLAS_CORETYPE={other}: OpenBLAS kernel {forced['corename']}")
+    assert forced["corename"].lower() == other.lower()
 
 
 def test_backends_prints_the_build_line():

@@ -21,8 +21,12 @@ from parity import random_codes, report
 
 REL_MAX = 2e-6
 
-pytestmark = pytest.mark.skipif(not kernels.ROWDOT, reason="no row-product kernel in this build "
-                                "(needs the compiled kernels with AVX2+FMA+F16C or AVX-512, and a BLAS)")
+
+@pytest.fixture(autouse=True)
+def _rowdot(require):
+    """Every test here needs the row-product kernel: skipped without it, failed under PYGGML_REQUIRE=rowdot."""
+    require("rowdot", kernels.ROWDOT, "no row-product kernel in this build "
+            "(needs the compiled kernels with AVX2+FMA+F16C or AVX-512, and a BLAS)")
 
 
 _run = run_cpu_graph

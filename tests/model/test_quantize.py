@@ -122,12 +122,15 @@ def test_decode_error_per_type(tiny_model, quantized, qtype, mode):
 
 def test_every_decode_path_runs_a_quantized_file(tiny_model, quantized):
     """One-shot, chunked, streamed and fused decodes of a Q8_0 file agree with each other as far
-    as the quantized products allow: with F32 activations ("dequantize") as the float file does
-    (measured 4e-7 here); with ggml's quantized activations ("native") an activation's 8-bit
-    rounding can flip where chunking moves it by a float ulp (4e-7 here, 1e-2 on the louder demo
-    model), so its bound is looser."""
+    as the quantized products allow. Max abs against the one-graph decode, measured on the tiny
+    model: "dequantize" (F32 activations) 3.4e-7 chunked, 3.1e-7 streamed, 0 fused with the
+    native kernels, 4.0e-7 / 3.4e-7 / 0 with the portable ones: bound 4e-6. "native" (ggml's
+    8-bit activations): 3.1e-7 / 2.8e-7 / 0 with the native kernels, 1.04e-4 / 1.04e-4 / 0
+    with the portable ones (PYGGML_CODEC_PORTABLE=1), where one activation's 8-bit rounding
+    flips because chunking moved it by a float ulp (1e-2 was seen on the louder demo model):
+    bound 1e-3, 10x the flip measured."""
     codes = random_codes([64] + [32] * 9, 24, seed=6)
-    for mode, bound in (("dequantize", 1e-5), ("native", 0.05)):
+    for mode, bound in (("dequantize", 4e-6), ("native", 1e-3)):
         with pyggml_codec.load(quantized["q8_0"][1], "cpu", n_threads=2, lowerings={"quantized": mode}) as c:
             c.decode_chunk_frames = None
             one = c.decode(codes)

@@ -281,6 +281,11 @@ def test_cli_compare_and_bench_through_main(ws, tiny_model, tmp_path):
 
 
 def test_bench_backends_has_the_cpu_row(tiny_model):
+    """The CPU row's deltas are against itself (0 by construction); a second CPU run's deltas
+    against the first row's outputs must be 0 as well (the CPU is deterministic: another load,
+    another compute, the same bits), and against outputs made to differ (audio scaled by
+    1 + 1e-3, one code changed) the same metric must show the difference."""
+    from pyggml_codec.diagnostics import bench
     from pyggml_codec.diagnostics.bench import bench_backends
 
     result = bench_backends(tiny_model.f32_path, seconds=0.1, repeats=2, n_threads=1)
@@ -289,8 +294,17 @@ def test_bench_backends_has_the_cpu_row(tiny_model):
     cpu = result.row("cpu")
     assert result.ok and cpu.ok and result.rows[0] is cpu
     assert any(line.startswith("cpu ") for line in table.splitlines())
-    assert cpu.decode_rel_rms == 0 and cpu.decode_max_abs == 0 and cpu.codes_agreement == 1.0
     assert cpu.decode_path == "split" and cpu.lowerings
+    ref = bench._run_backend("cpu", tiny_model.f32_path, 0.1, None, 1, "f32", 1)[1]
+    again, _ = bench._run_backend("cpu", tiny_model.f32_path, 0.1, ref, 1, "f32", 1)
+    assert again.decode_rel_rms == 0 and again.decode_max_abs == 0 and again.codes_agreement == 1.0
+    codes = ref["codes"].copy()
+    codes[0, 0] = (codes[0, 0] + 1) % 64
+    moved = {**ref, "audio": ref["audio"] * np.float32(1 + 1e-3), "codes": codes}
+    off, _ = bench._run_backend("cpu", tiny_model.f32_path, 0.1, moved, 1, "f32", 1)
+    print(f"against moved outputs: decode rel RMS {off.decode_rel_rms:.3e}, codes agreement {off.codes_agreement}")
+    # the decode ran on the moved codes, so its audio differs from the scaled reference by more than the scale
+    assert off.decode_rel_rms > 5e-4 and off.codes_agreement == pytest.approx(1 - 1 / codes.shape[1])
     for t in (cpu.encode, cpu.decode):
         assert t.cold_s > 0 and t.warm_s > 0 and t.compute_bytes > 0 and t.graphs
     assert set(k.split(":")[0] for k in cpu.encode.graphs) == {"enc", "enc2"}
@@ -314,6 +328,18 @@ def test_dump_methods_return_what_encode_and_decode_return(tiny_model, tmp_path)
         np.testing.assert_array_equal(got, codec.encode(x))
         with pytest.raises(TypeError):
             codec.decode(codes, return_stages=True)  # one return type: stages come from decode_stages
-    for name in ("d.npz", "e.npz"):
-        report = compare(tmp_path / name, tmp_path / name)
-        assert report.ok
+        # references from separate calls, written through the dump layout by hand
+        ref_audio, dec_stages = codec.decode_stages(codes)
+        diag.save_dump(tmp_path / "d_ref.npz", diag.decode_dump(dec_stages, codes, ref_audio, codec.config), {})
+        enc = codec.encode_stages(x)
+        diag.save_dump(tmp_path / "e_ref.npz", diag.encode_dump(enc.stages, x, enc.codes, codec.config), {})
+        codec.dump_decode((codes + 1) % 32, tmp_path / "d_other.npz")
+    for name in ("d", "e"):
+        got, ref = diag.load_dump(tmp_path / f"{name}.npz"), diag.load_dump(tmp_path / f"{name}_ref.npz")
+        assert got.stage_order == ref.stage_order and len(ref.stages) > 3
+        for stage, arr in ref.stages.items():
+            np.testing.assert_array_equal(got.stages[stage], arr, err_msg=stage)
+        assert compare(tmp_path / f"{name}_ref.npz", tmp_path / f"{name}.npz", {"rel_rms": 0.0}).ok
+    other = compare(tmp_path / "d_ref.npz", tmp_path / "d_other.npz")  # the comparison can fail
+    print(other.table())
+    assert not other.ok

@@ -76,6 +76,63 @@ def test_golden_comparison_can_fail():
     assert not report.ok and report.first_failure is not None
 
 
+def _one_ulp_off(tmp_path: Path, tensor: str, index: int = 0) -> Path:
+    """A copy of the golden model with element ``index`` of the F16 ``tensor`` one ulp away
+    (its lowest mantissa bit flipped)."""
+    from gguf import GGUFReader
+
+    info = next(t for t in GGUFReader(str(MODEL)).tensors if t.name == tensor)
+    assert int(info.tensor_type) == 1, f"{tensor} is not F16"
+    data = bytearray(MODEL.read_bytes())
+    at = int(info.data_offset) + 2 * index
+    before = np.frombuffer(bytes(data[at:at + 2]), np.float16)[0]
+    data[at] ^= 1
+    after = np.frombuffer(bytes(data[at:at + 2]), np.float16)[0]
+    assert before != after and abs(float(after) - float(before)) == float(np.spacing(np.float16(min(abs(before), abs(after)))))
+    path = tmp_path / "one_ulp.gguf"
+    path.write_bytes(bytes(data))
+    return path
+
+
+# (kind, the weight changed by one ulp, the digested stage it first reaches)
+ULP_CASES = [("decode", "decoder.model.1.block.1.conv.weight", "dec.block1"),
+             ("encode", "encoder.block.1.block.4.conv.weight", "enc.block1")]
+
+
+@pytest.mark.parametrize("kind,tensor,stage", ULP_CASES)
+def test_one_ulp_of_one_weight_fails_a_digested_stage(kind, tensor, stage, tmp_path):
+    """Negative control of the golden sets at the smallest change: one weight one F16 ulp off.
+    The stages before the weight's first use still equal s2.cpp's; the first stage after it,
+    kept only as a digest, must fail, and every later digest with it (codes may survive it)."""
+    path = golden_set() / f"{kind}.npz"
+    _, meta = s2cpp.load_golden(path)
+    assert stage in meta["digests"], f"{stage} is kept whole in {path.name}; the control is for a digest"
+    data = golden_input(path, "codes" if kind == "decode" else "audio")
+    with pc.load(_one_ulp_off(tmp_path, tensor), backend="cpu", precision="s2cpp", n_threads=1) as codec:
+        report = s2cpp.compare_golden(path, s2cpp.our_stages(codec, kind, data))
+    print(f"\n{kind}, {tensor}[0] one ulp off:\n{report.table()}")
+    names = [s.name for s in report.stages]
+    first = names.index(stage)
+    assert report.first_failure == stage, report.verdict()
+    assert all(s.ok for s in report.stages[:first])
+    assert not any(s.ok for s in report.stages[first:] if s.name in meta["digests"])
+
+
+def test_one_changed_code_fails_the_encode_golden_set():
+    """Negative control for encode codes: ours with one code of one codebook changed (every
+    stage before the codes left as computed) fails on that codebook's codes and the codes."""
+    path = golden_set() / "encode.npz"
+    with pc.load(MODEL, backend="cpu", precision="s2cpp", n_threads=1) as codec:
+        ours = s2cpp.our_stages(codec, "encode", golden_input(path, "audio"))
+    assert s2cpp.compare_golden(path, ours).ok
+    codes, vq3 = ours["codes"].copy(), ours["enc.vq3.codes"].copy()
+    codes[3, 0] = vq3.flat[0] = (int(codes[3, 0]) + 1) % 32
+    report = s2cpp.compare_golden(path, {**ours, "codes": codes, "enc.vq3.codes": vq3})
+    print(report.table())
+    failed = [s.name for s in report.stages if not s.ok]
+    assert failed == ["enc.vq3.codes", "codes"], failed
+
+
 def test_golden_sets_differ_by_isa():
     """The sets are keyed by ISA because they differ: AVX2's F16 sums round otherwise than AVX-512's,
     and an AVX512-FP16 build's (half precision; the tiny model's 64-element rows fall wholly in its
@@ -230,6 +287,27 @@ def test_llamafile_build_warns(monkeypatch):
     assert exactness["exact"] is False and "-DGGML_LLAMAFILE=OFF" in exactness["reason"]
     with pytest.warns(pc.ExactnessWarning, match="LLAMAFILE on"):
         pc.load(MODEL, backend="cpu", precision="s2cpp").close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pc.ExactnessWarning)
+        pc.load(MODEL, backend="cpu", precision="f32").close()
+
+
+def test_this_build_warns_exactly_when_it_is_not_exact():
+    """Not simulated: this ggml build's own LLAMAFILE setting. On a LLAMAFILE=ON build (the
+    CI's llamafile step builds one) load(precision="s2cpp") warns ExactnessWarning naming the
+    fix; on an exact build it does not warn. f32 never warns."""
+    import warnings
+
+    exactness = buildinfo.s2cpp_exactness()
+    print(f"llamafile {binding.has_llamafile()}, exactness {exactness}")
+    if binding.has_llamafile():
+        assert exactness["exact"] is False
+        with pytest.warns(pc.ExactnessWarning, match="LLAMAFILE on"):
+            pc.load(MODEL, backend="cpu", precision="s2cpp").close()
+    elif exactness["exact"] is True:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pc.ExactnessWarning)
+            pc.load(MODEL, backend="cpu", precision="s2cpp").close()
     with warnings.catch_warnings():
         warnings.simplefilter("error", pc.ExactnessWarning)
         pc.load(MODEL, backend="cpu", precision="f32").close()

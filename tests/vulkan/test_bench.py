@@ -16,9 +16,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_bench_backends_compares_the_device_with_the_cpu(gpu_backend, tiny_model, tmp_path):
-    """Both rows run; the device's deltas against the CPU are what the parity tests allow
-    (f32 decode rel RMS <= 1e-5; codes of a 0.5 s signal equal on >= 90 % in the worst
-    codebook, since bench counts near-ties too). The table is printed for the CI log."""
+    """Both rows run; the device's deltas against the CPU are what the parity tests allow:
+    f32 decode rel RMS <= 5e-6 (measured 4.8e-7 on lavapipe) and the codes of the 0.5 s bench
+    signal all equal (measured 100 %: F32 products move the latent by ~6e-7, far below its
+    11 frames' margins; bench counts near-ties too, so a flip here is a real change to look
+    at). The table is printed for the CI log."""
     out = tmp_path / "bench.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-m", "pyggml_codec", "bench-backends", "-m", str(tiny_model.f32_path),
@@ -33,5 +35,6 @@ def test_bench_backends_compares_the_device_with_the_cpu(gpu_backend, tiny_model
     assert gpu["device"] != "CPU" and gpu["products"] == "f32" and rows["cpu"]["products"] == "f32"
     assert gpu["decode_path"] == "fused" and rows["cpu"]["decode_path"] == "split"
     assert gpu["decode"]["compute_bytes"] > 0 and gpu["encode"]["compute_bytes"] > 0
-    assert gpu["decode_rel_rms"] <= 1e-5 and gpu["codes_agreement"] >= 0.9
+    print(f"{gpu_backend}: decode rel RMS {gpu['decode_rel_rms']:.3e}, codes agreement {gpu['codes_agreement']:.2%}")
+    assert gpu["decode_rel_rms"] <= 5e-6 and gpu["codes_agreement"] == 1.0
     assert gpu["lowerings"] and "lowerings" in proc.stdout

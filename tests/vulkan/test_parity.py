@@ -16,12 +16,14 @@ from parity import code_agreement, random_codes, rel_rms, report, signal
 pytestmark = pytest.mark.gpu
 
 FRAMES = 24
-# Decode audio, relative RMS against the CPU backend, per precision. f32: both backends
-# compute F32 products, so only the summation order differs (measured 2.7e-6 on lavapipe;
-# 1e-5 leaves room for another driver's order). s2cpp: the same F16 roundings of conv
-# inputs on both sides, then products whose accumulation differs; measured 1e-4 on lavapipe.
-DECODE_TOL = {"f32": 1e-5, "s2cpp": 2e-3}
-LATENT_TOL = {"f32": 1e-5, "s2cpp": 2e-3}  # encode latent, relative RMS (same reasons)
+# Decode audio, relative RMS against the CPU backend, per precision (measured on lavapipe,
+# README's Vulkan table). f32: both backends compute F32 products, so only the summation
+# order differs: measured 4.8e-7, bound 5e-6. s2cpp: the same F16 roundings of conv inputs on
+# both sides, then products whose accumulation differs: measured 2.1e-4, bound 2e-3.
+DECODE_TOL = {"f32": 5e-6, "s2cpp": 2e-3}
+# Encode latent and pre_module, relative RMS (same reasons): measured 5.9e-7 / 6.6e-7 in f32,
+# 4.7e-4 / 6.1e-4 in s2cpp.
+LATENT_TOL = {"f32": 5e-6, "s2cpp": 5e-3}
 
 
 def _codes(n: int = FRAMES, seed: int = 8) -> np.ndarray:
@@ -99,8 +101,9 @@ def test_repeated_stage_encodes_stay_stable(gpu_codecs):
 
 def test_streaming_matches_one_shot_on_the_device(gpu_codecs):
     """Streamed decode (carried state, chunks of 5, 7 and 12 frames) against one decode of
-    the same 24 frames on the same device: max abs <= 1e-5 (the CPU's own stream is within
-    2e-7 of its one-shot; the device's chunked graphs round in another order)."""
+    the same 24 frames on the same device: max abs <= 2.5e-6 (measured 2.4e-7 on lavapipe; the
+    CPU's own stream is within 2e-7 of its one-shot; the device's chunked graphs round in
+    another order)."""
     codec = gpu_codecs["f32"]
     codes = _codes()
     want = codec.decode(codes)
@@ -108,7 +111,7 @@ def test_streaming_matches_one_shot_on_the_device(gpu_codecs):
         pieces = [sd.push(codes[:, a:b]) for a, b in ((0, 5), (5, 12), (12, 24))]
     got = np.concatenate(pieces)
     _, err = report(f"{codec.device_name} stream (5+7+12) vs one-shot", got, want)
-    assert got.shape == want.shape and err <= 1e-5
+    assert got.shape == want.shape and err <= 2.5e-6
 
 
 def test_bad_backend_requests_raise_clearly(gpu_backend, tiny_model):

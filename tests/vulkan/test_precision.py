@@ -45,20 +45,21 @@ for i, precision in enumerate(order):
 def _run(tiny_model, order: str) -> dict:
     env_had = os.environ.pop("GGML_VK_DISABLE_F16", None)
     try:
-        return child.run_cases(SCRIPT, str(tiny_model.f32_path), str(tiny_model.f16_path), order, timeout=600)
+        return child.run_cases(SCRIPT, str(tiny_model.f32_path), str(tiny_model.f16_path), order)
     finally:
         if env_had is not None:
             os.environ["GGML_VK_DISABLE_F16"] = env_had
 
 
 def test_f32_first_turns_the_f16_path_off(gpu_backend, tiny_model):
-    """f32 started first: products in F32 (decode rel RMS vs CPU <= 1e-5, as in test_parity),
+    """f32 started first: products in F32 (decode rel RMS vs CPU <= 5e-6, as in test_parity;
+    measured 4.8e-7),
     and an s2cpp codec on the same device later computes its products in F32 too."""
     if gpu_backend != "vulkan":
         pytest.skip("GGML_VK_DISABLE_F16 is ggml-vulkan's switch")
     r = _run(tiny_model, "f32,s2cpp")
     print(f"f32 first: {r}")
-    assert r["0-f32"]["products"] == "f32" and not r["0-f32"]["warnings"] and r["0-f32"]["rel_rms"] <= 1e-5
+    assert r["0-f32"]["products"] == "f32" and not r["0-f32"]["warnings"] and r["0-f32"]["rel_rms"] <= 5e-6
     assert r["1-s2cpp"]["products"] == "f32"
 
 
@@ -66,7 +67,7 @@ def test_a_device_started_with_f16_on_is_reported(gpu_backend, tiny_model):
     """s2cpp started first leaves ggml-vulkan's F16 path on for the process: a later f32 codec
     on that device says so in its plan and with a warning, and its error is printed (measured
     on lavapipe, 16 frames: f32 3.2e-4 and s2cpp 7.1e-4 rel RMS, against 4.8e-7 and 2.0e-4
-    with the path off)."""
+    with the path off). Bound 3e-3 on the late f32 codec, about 10x what was measured."""
     if gpu_backend != "vulkan":
         pytest.skip("GGML_VK_DISABLE_F16 is ggml-vulkan's switch")
     r = _run(tiny_model, "s2cpp,f32")
@@ -75,4 +76,4 @@ def test_a_device_started_with_f16_on_is_reported(gpu_backend, tiny_model):
     late = r["1-f32"]
     assert late["products"] == "f16-inputs" and len(late["warnings"]) == 1
     assert "GGML_VK_DISABLE_F16=1" in late["warnings"][0]
-    assert late["rel_rms"] <= 5e-3  # F16-rounded product inputs: bounded, not F32
+    assert late["rel_rms"] <= 3e-3  # F16-rounded product inputs: bounded, not F32
