@@ -115,6 +115,10 @@ def check_transcript(args: argparse.Namespace, kind: str) -> None:
             encode_transcript(args.transcript, "--transcript")
         except CodeFileError as exc:
             raise CliError(str(exc), status=2) from None
+    if kind == "s2voice" and not args.transcript:
+        # s2.cpp clones a voice from a profile only together with its reference text
+        print(f"pyggml-codec: warning: {args.output} gets no transcript, and s2.cpp uses a voice profile for "
+              "cloning only with the text its audio speaks: add --transcript \"...\"", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- model

@@ -38,3 +38,14 @@ def test_transcript_reaches_the_voice_file(tone, tiny_model, tmp_path):
     assert voice.transcript == text and raw[44:44 + len(text.encode()) + 1] == text.encode("utf-8") + b"\0"
     assert voice.codebook_size == 64 and voice.sample_rate == 44100  # the tiny model's largest codebook
     np.testing.assert_array_equal(read_codes(out).codes, voice.codes)
+
+
+def test_a_voice_file_without_transcript_is_written_with_a_warning(tone, tiny_model, tmp_path, capsys):
+    """s2.cpp ignores a voice profile without reference text when cloning: say so, even with -q."""
+    out = tmp_path / "v.s2voice"
+    assert cli_main.main(["encode", str(tone), "-m", str(tiny_model.f16_path), "-o", str(out), "-q"]) == 0
+    assert "gets no transcript" in capsys.readouterr().err
+    assert S2VoiceFile.from_bytes(out.read_bytes()).transcript == ""
+    npz = tmp_path / "v.npz"
+    assert cli_main.main(["encode", str(tone), "-m", str(tiny_model.f16_path), "-o", str(npz), "-q"]) == 0
+    assert "transcript" not in capsys.readouterr().err
