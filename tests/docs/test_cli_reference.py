@@ -42,3 +42,4 @@ def test_the_page_names_no_folder_of_the_build_machine(monkeypatch, tmp_path):
     text = _hook().cli_markdown()
     assert str(Path.home()) not in text and str(tmp_path) not in text
     assert "~/.cache/huggingface/pyggml_codec" in text
+
