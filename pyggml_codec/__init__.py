@@ -5,9 +5,10 @@
     ...     codes = codec.encode(audio)       # (10, T) int32
     ...     wave = codec.decode(codes)        # (T * 2048,) float32
 
-The package's folders are its layers (docs/ARCHITECTURE.md): ``cli`` -> ``tools`` -> ``codec`` (the
-front) -> ``batching`` / ``streaming`` -> ``engine`` -> ``graphs`` -> ``model`` -> ``plan`` ->
-``backend``; ``io`` holds the file formats (audio: ``pyggml_codec.io.audio``).
+The package's folders are its layers (docs/ARCHITECTURE.md): ``cli`` -> ``dataset`` ->
+``diagnostics`` / ``hub`` -> ``codec`` (the front) -> ``batching`` / ``streaming`` -> ``engine`` ->
+``graphs`` -> ``model`` -> ``plan`` -> ``backend``; ``io`` holds the file formats (audio:
+``pyggml_codec.io.audio``).
 """
 
 from __future__ import annotations

@@ -62,6 +62,13 @@ def load(
     ``ggml_backend_sched``, with a ``RuntimeWarning`` naming them (``codec.lowerings["cpu_ops"]``).
     ``cpu_ops`` (ggml op names such as ``{"COL2IM_1D"}``) pins more ops to the CPU that way,
     to bisect a backend's op against the CPU's.
+
+    Returns a :class:`Codec` (a context manager: ``with load(...) as codec``). Raises
+    ModelFileError and its subclasses ConfigError and TensorError (a missing file, or one that
+    is not a readable S2 codec GGUF, naming the key or tensor), BackendError (a backend or
+    device that cannot start with ``strict_backend=True``, a forced lowering the backend cannot
+    run), ValueError (a bad ``precision``, ``parts``, ``decode_path``, ``lowerings`` or
+    ``n_threads``).
     """
     precision = Precision.parse(precision)
     check_decode_path(decode_path)

@@ -197,6 +197,11 @@ class Codec:
         (``on_invalid_codes="raise"`` raises instead). ``decode_path`` forces "split" or
         "fused"; "auto" uses fused on GPU backends and split on CPU (``plan.decode``).
         ``progress`` receives ("decode", frames done, frames in all, "frames") per chunk.
+
+        Returns float32 audio ``(T * samples_per_frame,)`` at :attr:`sample_rate`. Raises
+        InputError for codes it cannot take (shape, dtype, codebook count, too many frames, or
+        out of range with ``on_invalid_codes="raise"``), ValueError for a bad ``decode_path``
+        or ``on_invalid_codes``, ClosedError after :meth:`close`.
         """
         return self._decode(codes, on_invalid_codes, decode_path, False, progress)
 
@@ -233,9 +238,10 @@ class Codec:
                progress: ProgressCallback | None = None) -> np.ndarray:
         """Mono audio -> int32 codes ``(n_codebooks, ceil(n / samples_per_frame))``.
 
-        ``audio``: float32/float64 in [-1, 1] or int16 PCM (scaled by 1/32768), shape ``(n,)``
-        or ``(1, n)``; ``(channels, n)`` needs ``mix="mean"``. ``sample_rate`` must equal the
-        model's (resample first; see :mod:`pyggml_codec.io.audio`).
+        ``audio``: float32/float64 in [-1, 1] or int16 PCM (scaled by 1/32768), shape ``(n,)``,
+        ``(channels, n)`` or soundfile's ``(n, channels)``; more than one channel needs
+        ``mix="mean"``, which averages the channels. ``sample_rate`` must equal the model's
+        (resample first; see :mod:`pyggml_codec.io.audio`).
 
         ``pad_to="code_frame"`` (default) pads with zeros to a multiple of the code frame
         (2048 samples), as upstream does, so the codes are upstream's; ``"frame_length"``
@@ -244,6 +250,11 @@ class Codec:
         ``progress`` receives ("encode", stages done, 3, "stages"): encoder graph, quantizer graph, VQ.
 
         The margins come from :meth:`encode_details`, the stage tensors from :meth:`encode_stages`.
+
+        Returns the int32 codes ``(n_codebooks, T)``. Raises InputError for audio it cannot take
+        (dtype, rank, a 2-D shape whose channel axis is ambiguous, several channels without
+        ``mix``, a wrong ``sample_rate``, non-finite values, too long), ValueError for a bad
+        ``pad_to`` or ``mix``, ClosedError after :meth:`close`.
         """
         return self._encode(audio, sample_rate, pad_to, mix, False, progress).codes
 

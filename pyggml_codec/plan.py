@@ -51,7 +51,18 @@ PRECISIONS = tuple(p.value for p in Precision)  # ("f32", "s2cpp")
 
 @dataclass(frozen=True)
 class Plan:
-    """How one loaded model computes. The lowering fields are ``lowerings.LOWERING_CHOICES``."""
+    """How one loaded model computes: ``codec.plan``, decided once by :func:`decide_plan` in
+    ``load()`` and frozen.
+
+    ``precision`` is a :class:`Precision`. The lowering fields (``mask``, ``conv_transpose``,
+    ``left_pad``, ``kernels``, ``attention``, ``matmul``, ``conv``, ``quantized``, ``matrices``,
+    ``kv``) take the values of ``lowerings.LOWERING_CHOICES``, chosen per backend or forced by
+    ``load(..., lowerings={...})``. ``products`` is a fact of the backend, not a choice: "f32",
+    "f16-inputs" or "unmeasured". ``decode`` is what ``decode_path="auto"`` runs ("fused" on GPU
+    backends, "split" on the CPU), and ``decode_chunk_frames`` the length past which a split
+    decode runs as an exact stream of chunks (32 on the CPU in "f32", else None). The docs'
+    "Precision and plan" page describes each value.
+    """
 
     precision: Precision
     mask: Literal["diag_mask_inf", "explicit"]  # causal masks: ggml's op, or explicit mask tensors (Metal)
@@ -70,6 +81,7 @@ class Plan:
 
     @property
     def reproduces_s2cpp(self) -> bool:
+        """Whether this plan computes the C++ engine's sums bit for bit (the "s2cpp" precision)."""
         return self.precision.reproduces_s2cpp
 
     @property

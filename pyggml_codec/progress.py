@@ -38,6 +38,8 @@ class Progress:
 
 
 ProgressCallback = Callable[[Progress], None]
+"""What a ``progress=`` argument takes: a callable that receives each :class:`Progress` (what it
+returns is ignored)."""
 
 
 def report(callback: Optional[ProgressCallback], task: str, done: float, total: Optional[float], unit: str,

@@ -82,18 +82,27 @@ def _section(name: str, sub: argparse.ArgumentParser, summary: str) -> list[str]
     return lines
 
 
+# Defaults that `--help` reads from the environment: the page shows what they are on a machine
+# that sets none of them, with the home folder written as "~", never the build machine's own.
+MACHINE_ENV = ("HF_HOME", "XDG_CACHE_HOME", "PYGGML_CODEC_CACHE", "HF_ENDPOINT")
+
+
 def cli_markdown() -> str:
     """The CLI reference as Markdown: a summary table, then one section per command."""
     from pyggml_codec.cli.main import get_parser
 
-    parser = get_parser()
-    commands = list(_subcommands(parser))
-    lines = ["| command | what it does |", "|---|---|"]
-    lines += [f"| [`{name}`](#{name}) | {_cell(summary)} |" for name, _, summary in commands]
-    lines.append("")
-    for name, sub, summary in commands:
-        lines += _section(name, sub, summary)
-    return "\n".join(lines)
+    saved = {k: os.environ.pop(k) for k in MACHINE_ENV if k in os.environ}
+    try:
+        parser = get_parser()
+        commands = list(_subcommands(parser))
+        lines = ["| command | what it does |", "|---|---|"]
+        lines += [f"| [`{name}`](#{name}) | {_cell(summary)} |" for name, _, summary in commands]
+        lines.append("")
+        for name, sub, summary in commands:
+            lines += _section(name, sub, summary)
+    finally:
+        os.environ.update(saved)
+    return "\n".join(lines).replace(str(Path.home()), "~")
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 - MkDocs hook signature

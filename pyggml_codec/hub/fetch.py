@@ -100,7 +100,12 @@ def fetch(url: str | None = None, *, repo: str | None = None, filename: str | No
     unless ``force``. ``verify=False`` skips the final CPU load. ``progress`` receives
     ``Progress("fetch", done_bytes, total_bytes, "bytes")`` reports.
 
-    Raises FetchError (HTTP, range support, truncated body, full disk), ModelFileError and
+    ``retries``: how many times a failed request is retried, each resuming where it stopped;
+    ``timeout``: seconds without data before a request fails.
+
+    Returns the :class:`~pathlib.Path` of the written codec-only ``fish-speech-codec`` GGUF,
+    which :func:`pyggml_codec.load` reads. Raises FetchError (HTTP status, no range support,
+    truncated body, full disk, offline with ``HF_HUB_OFFLINE`` and nothing cached), ModelFileError and
     its subclasses (not an S2 merged GGUF), ValueError (bad arguments).
     """
     if url is not None and (repo or filename):

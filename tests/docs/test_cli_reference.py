@@ -35,3 +35,11 @@ def test_the_marker_is_replaced_and_other_pages_are_left_alone():
     out = hook.on_page_markdown(page, None, None, None)
     assert hook.MARKER not in out and "## encode" in out
     assert hook.on_page_markdown("# other", None, None, None) == "# other"
+
+
+def test_the_page_names_no_folder_of_the_build_machine(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    text = _hook().cli_markdown()
+    assert str(Path.home()) not in text and str(tmp_path) not in text
+    assert "~/.cache/huggingface/pyggml_codec" in text
+

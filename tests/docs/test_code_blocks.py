@@ -8,6 +8,12 @@ Each Markdown page gets a workspace (a temporary folder) seeded with the files t
 * ``speech.npz``: its codes;
 * ``examples/``: the repository's examples.
 
+``fetch`` runs against a local Hub: every block sees ``HF_ENDPOINT`` pointing at a server on
+127.0.0.1 that serves a merged ``fish-speech`` file made from the demo model (language-model
+tensors around the codec's ``c.*`` ones) as ``rodrigomt/s2-pro-gguf``'s ``s2-pro-f16.gguf``, with
+range requests, and ``HF_HOME`` pointing at an empty folder. A page with a block that fetches
+starts without ``s2-codec.gguf``, so its first fetch really downloads it.
+
 A page's blocks run in the order they are written, each in a fresh process (a Python block in a
 fresh interpreter, a shell block in ``bash -euo pipefail``), in that page's workspace: a file one
 block writes is there for the next block of the same page, names are not. A block that cannot run
@@ -18,14 +24,17 @@ in CI (a GPU, the real 1 GB model, the network, an install) is preceded by an HT
 
 from __future__ import annotations
 
+import http.server
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +44,8 @@ GENERATED = {"docs/performance.md"}
 SKIP = re.compile(r"<!--\s*skip:\s*(?P<reason>.+?)\s*-->")
 FENCE = re.compile(r"^(?P<indent>[ ]{0,4})(?P<fence>```+|~~~+)\s*(?P<info>[^`\s]*)[^`]*$")
 TIMEOUT_S = 300  # a hang guard only: every block takes seconds on the demo model
+FETCHES = re.compile(r"pyggml-codec fetch|pyggml_codec\.fetch\(")
+HUB_PATH = "/rodrigomt/s2-pro-gguf/resolve/main/s2-pro-f16.gguf"  # fetch's default source
 
 
 @dataclass(frozen=True)
@@ -111,8 +122,62 @@ def seed(tmp_path_factory) -> Path:
     return folder
 
 
-def _env() -> dict[str, str]:
+def _merged_demo(codec: Path, out: Path) -> bytes:
+    """A merged ``fish-speech`` file: the demo codec under ``c.`` between language-model tensors."""
+    from gguf import GGUFReader, GGUFValueType
+
+    from pyggml_codec.model.convert import MERGED_ARCH
+    from pyggml_codec.model.gguf_write import MetaValue, TensorData, copy_field, copy_tensor, write_gguf
+
+    reader = GGUFReader(str(codec))
+    lm = np.zeros((256, 256), np.float32)
+    tensors = [TensorData("token_embd.weight", lm)]
+    tensors += [copy_tensor(t, "c." + t.name) for t in reader.tensors]
+    tensors += [TensorData("output.weight", lm)]
+    meta = [MetaValue("general.name", "merged demo file", GGUFValueType.STRING),
+            *[copy_field(reader, k) for k in reader.fields if k.startswith("fish_speech.codec.")]]
+    return write_gguf(out, MERGED_ARCH, meta, tensors).read_bytes()
+
+
+@pytest.fixture(scope="session")
+def hub(seed, tmp_path_factory):
+    """A local Hub serving the merged demo file with range requests; yields its endpoint URL."""
+    data = _merged_demo(seed / "s2-codec.gguf", tmp_path_factory.mktemp("hub") / "merged.gguf")
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path != HUB_PATH:
+                self.send_error(404)
+                return
+            match = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+            start, end = (int(match.group(1)), min(int(match.group(2)) + 1, len(data))) if match else (0, len(data))
+            self.send_response(206 if match else 200)
+            if match:
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+            self.send_header("Content-Length", str(end - start))
+            self.send_header("ETag", '"demo"')
+            self.end_headers()
+            self.wfile.write(data[start:end])
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _env(hub: str | None = None, hf_home: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "PYGGML_CODEC_CACHE"):
+        env.pop(name, None)
+    if hub is not None:
+        env["HF_ENDPOINT"] = hub
+    if hf_home is not None:
+        env["HF_HOME"] = str(hf_home)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONWARNINGS"] = "ignore"  # the demo model's warnings are not what a block checks
     bindir = str(Path(sys.executable).parent)  # pyggml-codec of the running environment
@@ -124,6 +189,8 @@ def _workspace(page: str, seed: Path, tmp_path_factory) -> Path:
     if page not in _WORKSPACES:
         ws = tmp_path_factory.mktemp("docs_" + re.sub(r"\W", "_", page))
         shutil.copytree(seed, ws, dirs_exist_ok=True)
+        if any(FETCHES.search(b.code) for b in BLOCKS if b.page == page and not b.skip):
+            (ws / "s2-codec.gguf").unlink()  # the page's first fetch writes it
         _WORKSPACES[page] = ws
     return _WORKSPACES[page]
 
@@ -148,7 +215,7 @@ def test_parser_reads_marks_and_fences():
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
-def test_code_block(block: Block, seed: Path, tmp_path_factory):
+def test_code_block(block: Block, seed: Path, hub: str, tmp_path_factory):
     if block.skip:
         pytest.skip(f"{block.id}: {block.skip}")
     ws = _workspace(block.page, seed, tmp_path_factory)
@@ -156,7 +223,10 @@ def test_code_block(block: Block, seed: Path, tmp_path_factory):
         cmd = [sys.executable, "-c", block.code]
     else:
         cmd = ["bash", "-euo", "pipefail", "-c", block.code]
-    proc = subprocess.run(cmd, cwd=ws, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    hf_home = ws.parent / (ws.name + "_hf_home")
+    hf_home.mkdir(exist_ok=True)
+    env = _env(hub, hf_home)
+    proc = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, (
         f"{block.id} ({block.language}) exited {proc.returncode}\n--- code\n{block.code}"
         f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}")

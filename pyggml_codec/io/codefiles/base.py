@@ -119,7 +119,8 @@ class CodeFileFormat(ABC):
         """This file as a :class:`CodeFile`."""
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write atomically to ``path``, which must end in :attr:`EXTENSION`; returns the path."""
+        """Write atomically to ``path``, which must end in :attr:`EXTENSION`; returns the path.
+        CodeFileError for another extension."""
         if Path(path).suffix.lower() != self.EXTENSION:
             raise CodeFileError(f"{path}: a {self.EXTENSION} file must be named *{self.EXTENSION}")
         return write_bytes_atomic(path, self.to_bytes())
