@@ -101,8 +101,9 @@ def demo_signal(seconds: float, rate: int) -> np.ndarray:
     return (0.3 * np.sin(2 * np.pi * 220 * t) + 0.3 * chirp).astype(np.float32)
 
 
-def run_demo(args) -> int:
-    """Build the demo model, encode and decode a generated signal, write the files, time it."""
+def run_demo(args) -> list[str]:
+    """Build the demo model, encode and decode a generated signal, write the files, time it.
+    Returns the summary's lines (the CLI prints them; this module never prints)."""
     import tempfile
     import time
 
@@ -130,10 +131,11 @@ def run_demo(args) -> int:
         write_audio(out / "output.wav", wave, cfg.sample_rate)
         backend = codec.backend_name
     seconds = x.shape[0] / cfg.sample_rate
-    print(f"demo model  {model_path} (built in {t_build:.2f} s)")
-    print(f"input       {out / 'input.wav'}: {seconds:.2f} s at {cfg.sample_rate} Hz")
-    print(f"encode      {codes.shape[0]} x {codes.shape[1]} codes -> {out / 'codes.npz'}: "
-          f"{t_enc:.3f} s ({seconds / t_enc:.1f}x real time, backend {backend})")
-    print(f"decode      {out / 'output.wav'}: {t_dec:.3f} s ({seconds / t_dec:.1f}x real time)")
-    print(NOTE)
-    return 0
+    return [
+        f"demo model  {model_path} (built in {t_build:.2f} s)",
+        f"input       {out / 'input.wav'}: {seconds:.2f} s at {cfg.sample_rate} Hz",
+        f"encode      {codes.shape[0]} x {codes.shape[1]} codes -> {out / 'codes.npz'}: "
+        f"{t_enc:.3f} s ({seconds / t_enc:.1f}x real time, backend {backend})",
+        f"decode      {out / 'output.wav'}: {t_dec:.3f} s ({seconds / t_dec:.1f}x real time)",
+        NOTE,
+    ]

@@ -286,7 +286,10 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from ..demo import run_demo
 
-    return run_demo(args)
+    lines = run_demo(args)
+    if not args.quiet:
+        print("\n".join(lines))
+    return 0
 
 
 # --------------------------------------------------------------------------- main

@@ -197,6 +197,8 @@ def test_demo_needs_no_model(tmp_path):
     assert sf.info(tmp_path / "demo" / "output.wav").frames == 44100
     assert read_codes(tmp_path / "demo" / "codes.npz").n_frames == math.ceil(44100 / 2048)
     assert main("demo", "-o", tmp_path / "demo") == 1  # refuses to overwrite
+    quiet = ok("demo", "-o", tmp_path / "demo", "--seconds", "0.5", "--backend", "cpu", "--force", "-q")
+    assert quiet.stdout == ""  # -q: the files are written, no summary
 
 
 def _errors_case(argv, ws, tmp_path, model):
