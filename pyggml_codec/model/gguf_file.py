@@ -184,9 +184,10 @@ class Parser:
         except UnicodeDecodeError:
             raise self.fail(f"{what} is not valid UTF-8", start) from None
 
-    def parse(self) -> tuple[dict[str, MetaValue], dict[str, TensorInfo]]:
-        n_tensors, n_kv = self.header()
+    def read_metadata(self, n_kv: int) -> tuple[dict[str, MetaValue], dict[str, tuple[int, int]]]:
+        """The ``n_kv`` key/value pairs at the read position, and each pair's byte span."""
         metadata: dict[str, MetaValue] = {}
+        spans: dict[str, tuple[int, int]] = {}
         for i in range(n_kv):
             at = self.pos
             key = self.text(f"metadata key {i}")
@@ -194,6 +195,12 @@ class Parser:
                 raise self.fail(f"duplicate metadata key {key!r}", at)
             self.key_at[key] = at
             metadata[key] = self.value(key)
+            spans[key] = (at, self.pos)
+        return metadata, spans
+
+    def parse(self) -> tuple[dict[str, MetaValue], dict[str, TensorInfo]]:
+        n_tensors, n_kv = self.header()
+        metadata, _ = self.read_metadata(n_kv)
         infos = [self.tensor_info(i) for i in range(n_tensors)]
         alignment = self.alignment(metadata)
         data_start = -(-self.pos // alignment) * alignment

@@ -108,16 +108,7 @@ def parse_header(prefix: bytes | bytearray | memoryview, total_size: int, source
     p = _PrefixParser(buf, total_size, source)
     n_tensors, n_kv = p.header()
     version = struct.unpack_from("<I", p.raw, 4)[0]
-    metadata: dict[str, MetaValue] = {}
-    spans: dict[str, tuple[int, int]] = {}
-    for i in range(n_kv):
-        at = p.pos
-        key = p.text(f"metadata key {i}")
-        if key in metadata:
-            raise p.fail(f"duplicate metadata key {key!r}", at)
-        p.key_at[key] = at
-        metadata[key] = p.value(key)
-        spans[key] = (at, p.pos)
+    metadata, spans = p.read_metadata(n_kv)
     infos = [p.tensor_info(i) for i in range(n_tensors)]
     header_end = p.pos
     alignment = p.alignment(metadata)
