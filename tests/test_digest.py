@@ -28,15 +28,19 @@ SECONDS = 3.3  # 72 code frames: more than two of the CPU's 32-frame decode chun
 
 
 def platform_key() -> str:
-    """What the bits depend on: the CPU (OpenBLAS picks its kernels by core), ggml's ISA key, the BLAS."""
+    """What the bits depend on: the CPU, ggml's ISA key, the BLAS and the kernel it picked by core,
+    and how the compiled kernels were built (row-product width and F16C: a portable build, built
+    without -march=native, sums in other orders)."""
     cpu = "unknown"
     try:
         with open("/proc/cpuinfo") as f:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
-    blas = Path(kernels.BLAS.path).name if kernels.BLAS is not None else "no-blas"
-    return f"{platform.machine()}|{cpu}|{buildinfo.build_isa_key()}|{blas}"
+    blas = (f"{Path(kernels.BLAS.path).name}:{kernels.BLAS.describe().get('corename')}"
+            if kernels.BLAS is not None else "no-blas")
+    built = f"rowdot{kernels.OPS['rowdot']}:f16c{int(bool(kernels.OPS['f16c']))}" if kernels.AVAILABLE else "no-kernels"
+    return f"{platform.machine()}|{cpu}|{buildinfo.build_isa_key()}|{blas}|{built}"
 
 
 def sha(a: np.ndarray) -> str:
