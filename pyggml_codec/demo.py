@@ -90,7 +90,7 @@ def build_demo_model(folder: str | os.PathLike, seed: int = 0, name: str = "demo
 # --------------------------------------------------------------------------- the ``demo`` command
 
 NOTE = ("note: the demo model has RANDOM weights, so output.wav is noise whatever the input; "
-        "a real S2 Pro GGUF is needed for speech (pyggml-codec convert, then encode/decode -m MODEL)")
+        "a real S2 Pro GGUF is needed for speech (pyggml-codec fetch -o s2-codec.gguf, then encode/decode -m s2-codec.gguf)")
 DEMO_FILES = ("demo_codec.gguf", "input.wav", "codes.npz", "output.wav")
 
 
