@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from devscripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _hook():
-    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "docs" / "hooks" / "cli_reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs/hooks/cli_reference.py")
 
 
 def test_every_command_and_option_is_on_the_page():

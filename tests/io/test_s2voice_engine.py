@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -21,6 +20,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from devscripts import load_script
 from pyggml_codec.cli import main as cli_main
 from pyggml_codec.io.codefiles import CodeFile, S2VoiceFile, read_codes, to_bytes, write_codes
 
@@ -74,10 +74,7 @@ def test_we_write_the_engine_bytes(name, golden_codes, tmp_path):
 
 
 def _make_golden_module():
-    spec = importlib.util.spec_from_file_location("make_s2voice_golden", REPO / "tools" / "make_s2voice_golden.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/make_s2voice_golden.py")
 
 
 @pytest.fixture(scope="module")

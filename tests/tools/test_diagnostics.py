@@ -9,7 +9,6 @@ f32 precision differs from PyTorch only in summation order (measured ~1e-7 to 6e
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -22,6 +21,7 @@ import pytest
 import soundfile as sf
 
 import pyggml_codec
+from devscripts import load_script
 from parity import random_codes, signal
 from pyggml_codec.io import dumps as diag
 from pyggml_codec.cli.diagnostics import register_cli
@@ -35,10 +35,7 @@ N_SAMPLES = 13230  # 0.3 s: not a multiple of the 2048-sample code frame, so pad
 
 
 def _load_tool():
-    spec = importlib.util.spec_from_file_location("reference_dump", REPO / "tools" / "reference_dump.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/reference_dump.py")
 
 
 @pytest.fixture(scope="module")
