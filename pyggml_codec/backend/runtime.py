@@ -207,7 +207,7 @@ def set_cpu_ops(backend: Backend, ops) -> None:
     backend.cpu_ops = wanted
 
 
-# What ``Backend.products`` (and ``codec.plan["products"]``) can say:
+# What ``Backend.products`` (and ``codec.plan.products``) can say:
 PRODUCTS = {
     "f32": "products in F32",
     "f16-inputs": ("ggml-vulkan's F16 path is on for this device: it rounds F32 inputs of products "
