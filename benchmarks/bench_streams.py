@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -205,24 +204,6 @@ def targets_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def machine_line() -> str:
-    """Cores, CPU model, ggml's ISA, the BLAS and the load average: what the figures ran on."""
-    from pyggml_codec.backend import binding, kernels
-
-    model = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    isa = [f for f in ("AVX512", "AVX2") if f in binding.cpu_features()][:1] or ["no AVX2"]
-    blas = kernels.BLAS
-    blas_name = f"{os.path.basename(blas.path)} ({blas.describe().get('corename')})" if blas else "none"
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"{os.cpu_count()} cores, {model}, {os.uname().machine}, ggml ISA {isa[0]}, "
-            f"llamafile={binding.has_llamafile()}, blas={blas_name}, load average {load}")
-
-
 def table(rows: list[dict]) -> str:
     lines = ["| run | streams | ms per frame | vs reference (median / of minima / bracketed) | max abs vs decode() | "
              "first-frame latency ms |", "|---|---|---|---|---|---|"]
@@ -263,7 +244,9 @@ def main(argv=None) -> int:
         rows = bench_streams(c, args.frames, args.reps, args.frames_one, bandwidth)
     for r in rows:
         print(json.dumps(r), flush=True)
-    print(f"Machine: {machine_line()}, {args.threads} threads\n")
+    about = limits.machine()
+    load = ", ".join(f"{x:.1f}" for x in about["load"])
+    print(f"Machine: {limits.machine_line(about)}; load average {load}; {args.threads} threads\n")
     print(table(rows))
     print()
     print(targets_table(rows))
