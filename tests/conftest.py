@@ -15,8 +15,9 @@ import os
 import pytest
 
 # What PYGGML_REQUIRE may name: the compiled CPU kernels, a CBLAS sgemm for them, the row-product
-# kernel (a native AVX2+FMA+F16C or AVX-512 build with a BLAS), the [ray] extra, a Vulkan device.
-REQUIREMENTS = ("kernels", "blas", "rowdot", "ray", "vulkan")
+# kernel (a native AVX2+FMA+F16C or AVX-512 build with a BLAS), ggml's F16 product in blocks (the
+# exact build's, where ggml sums as it reproduces: not AVX512-FP16 builds), the [ray] extra, a Vulkan device.
+REQUIREMENTS = ("kernels", "blas", "rowdot", "f16dot", "ray", "vulkan")
 
 
 def required() -> set[str]:

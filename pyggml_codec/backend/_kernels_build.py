@@ -29,7 +29,8 @@ def _exports() -> str:
     return header.split("/* cffi exports: begin */")[1].split("/* cffi exports: end */")[0]
 
 
-CDEF = _exports()
+EXACT_ONLY = ("pg_mul_mat_f16dot", "pg_f16dot_product", "pg_f16dot_lanes")  # ggmldot.c: in the exact build alone
+CDEF = "\n".join(line for line in _exports().splitlines() if not any(f" {name}(" in line for name in EXACT_ONLY))
 
 
 def _relative(path: str) -> str:  # setuptools wants sources relative to the project root (the cwd of a build)
@@ -50,17 +51,17 @@ ffibuilder.set_source(
     libraries=["m", "mvec"] if sys.platform.startswith("linux") else ["m"],
 )
 
-# The exact build (the "s2cpp" precision): the elementwise kernels only, compiled without
-# -ffast-math and without FMA contraction, so that Snake, the fused bias passes and the F16
-# conversions compute ggml's op chain bit for bit (scalar libm sinf, a true division by alpha,
-# sums in the written order; see PG_EXACT in elementwise.c).
-EXACT_SOURCES = ["elementwise.c"]
+# The exact build (the "s2cpp" precision): the elementwise kernels and ggml's F16 product
+# (ggmldot.c), compiled without -ffast-math and without FMA contraction, so that Snake, the fused
+# bias passes, the F16 conversions and the products compute ggml's values bit for bit (scalar libm
+# sinf, a true division by alpha, sums in the written order; see PG_EXACT in elementwise.c).
+EXACT_SOURCES = ["elementwise.c", "ggmldot.c", "scratch.c"]
 EXACT_EXPORTS = ("pg_tensor_layout", "pg_has_f16c", "pg_snake", "pg_im2col", "pg_bias_snake",
-                 "pg_add_bias_residual", "pg_col2im")
+                 "pg_add_bias_residual", "pg_col2im") + EXACT_ONLY
 
 
 def _exact_cdef() -> str:
-    lines = [line for line in CDEF.splitlines() if any(f" {name}(" in line for name in EXACT_EXPORTS)]
+    lines = [line for line in _exports().splitlines() if any(f" {name}(" in line for name in EXACT_EXPORTS)]
     return "\n".join(lines) + "\n"
 
 

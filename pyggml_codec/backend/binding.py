@@ -129,18 +129,28 @@ def f16_dot_sums_in_half() -> bool:
     32 half lanes), rather than in single precision (16 or 8 float lanes). ggml's feature
     report does not say; measured instead: [2048, 1, 0, ...] . [1, 1, ...] over 128 elements
     is 2048 in half precision (2049 rounds to even) and 2049 in single."""
-    lib.ggml_cpu_init()  # the leftover loop reads ggml's F16 table, filled here
     x = np.zeros(F16_DOT_PROBE_N, np.float16)
     x[:2] = (2048, 1)
-    y = np.ones(F16_DOT_PROBE_N, np.float16)
-    address = ctypes.cast(lib.ggml_get_type_traits_cpu(TYPE_F16).contents.vec_dot, ctypes.c_void_p).value
-    vec_dot = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t, ctypes.c_void_p,
-                               ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)(address)
+    value = vec_dot(x, np.ones(F16_DOT_PROBE_N, np.float16))
+    if value not in (2048.0, 2049.0):  # pragma: no cover - neither order: a new kernel
+        raise RuntimeError(f"ggml's F16 dot product gave {value} on its probe (2048 or 2049 expected)")
+    return value == 2048.0
+
+
+def vec_dot(x: np.ndarray, y: np.ndarray) -> float:
+    """ggml's CPU ``vec_dot`` of F16 or F32 (by the arrays' dtype: what its matrix products of that
+    type compute for each output) over two contiguous vectors of one length and type."""
+    x, y = np.ascontiguousarray(x), np.ascontiguousarray(y)
+    types = {np.dtype(np.float16): TYPE_F16, np.dtype(np.float32): TYPE_F32}
+    if x.shape != y.shape or x.ndim != 1 or x.dtype != y.dtype or x.dtype not in types:
+        raise ValueError(f"vec_dot of {x.dtype} {x.shape} and {y.dtype} {y.shape}: two float16 or float32 vectors")
+    lib.ggml_cpu_init()  # the leftover loop reads ggml's F16 table, filled here
+    address = ctypes.cast(lib.ggml_get_type_traits_cpu(types[x.dtype]).contents.vec_dot, ctypes.c_void_p).value
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t, ctypes.c_void_p,
+                          ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)(address)
     out = ctypes.c_float(0.0)
-    vec_dot(F16_DOT_PROBE_N, ctypes.byref(out), 0, x.ctypes.data, 0, y.ctypes.data, 0, 1)
-    if out.value not in (2048.0, 2049.0):  # pragma: no cover - neither order: a new kernel
-        raise RuntimeError(f"ggml's F16 dot product gave {out.value} on its probe (2048 or 2049 expected)")
-    return out.value == 2048.0
+    fn(x.size, ctypes.byref(out), 0, x.ctypes.data, 0, y.ctypes.data, 0, 1)
+    return out.value
 
 
 def compiled_backends() -> set[str]:

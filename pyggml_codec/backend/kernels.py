@@ -25,6 +25,7 @@ import logging
 
 import numpy as np
 
+from . import binding
 from .binding import lib
 from .blas import BLAS_ENV, Blas, find_blas  # noqa: F401  (BLAS_ENV, Blas: re-exported)
 
@@ -45,10 +46,12 @@ SYMBOLS = {  # op -> (C function, ggml callback type)
     "col2im": ("pg_col2im", lib.ggml_custom_op_t),
     "mul_mat_rowdot": ("pg_mul_mat_rowdot", lib.ggml_custom_op_t),
     "window_attention": ("pg_window_attention", lib.ggml_custom_op_t),
+    "mul_mat_f16dot": ("pg_mul_mat_f16dot", lib.ggml_custom_op_t),
 }
-# The exact build (_kernels_exact: no -ffast-math, no contraction) of the elementwise kernels,
-# which the "s2cpp" precision runs: ggml's op chain's values, bit for bit.
-EXACT_OPS = ("snake", "im2col", "bias_snake", "add_bias_residual", "col2im")
+# The exact build (_kernels_exact: no -ffast-math, no contraction) of the elementwise kernels and
+# of ggml's F16 product, which the "s2cpp" precision runs: ggml's values, bit for bit.
+EXACT_OPS = ("snake", "im2col", "bias_snake", "add_bias_residual", "col2im", "mul_mat_f16dot")
+EXACT_ONLY_OPS = ("mul_mat_f16dot",)
 
 
 def _load(module: str, ops: tuple[str, ...]):
@@ -74,10 +77,11 @@ def _load(module: str, ops: tuple[str, ...]):
     table["f16c"] = bool(klib.pg_has_f16c())
     table["rowdot"] = int(getattr(klib, "pg_rowdot_lanes", lambda: 0)())  # floats per vector; 0: none
     table["by_address"] = {address(sym): op for op, (sym, _) in symbols.items()}
+    table["module"] = compiled
     return table, None
 
 
-OPS, UNAVAILABLE_REASON = _load("_kernels", tuple(SYMBOLS))
+OPS, UNAVAILABLE_REASON = _load("_kernels", tuple(op for op in SYMBOLS if op not in EXACT_ONLY_OPS))
 AVAILABLE = OPS is not None
 if not AVAILABLE:
     log.info("custom CPU kernels unavailable: %s; using plain ggml ops", UNAVAILABLE_REASON)
@@ -85,6 +89,57 @@ _EXACT, EXACT_UNAVAILABLE_REASON = _load("_kernels_exact", EXACT_OPS) if AVAILAB
 EXACT_AVAILABLE = _EXACT is not None
 if AVAILABLE and not EXACT_AVAILABLE:
     log.info("exact CPU kernels unavailable: %s; the s2cpp precision uses plain ggml ops", EXACT_UNAVAILABLE_REASON)
+
+
+def _f16dot_check() -> tuple[int, int, str | None]:
+    """(lanes, F32 mode, None) of the exact build's products (csrc/ggmldot.c) if its F16 product sums
+    as this ggml build's ``vec_dot`` of F16 does, else (0, 0, why). The F32 mode is how ggml's
+    compiler built the leftovers of its F32 ``vec_dot`` (gd_finish_f32's mode), 0 where none of
+    them matches (F32 products then stay with ggml). Checked, not assumed: products of random rows
+    (some of a large magnitude, lengths with and without leftovers past whole steps) against
+    ggml's own functions, every output bit for bit."""
+    if not EXACT_AVAILABLE:
+        return 0, 0, EXACT_UNAVAILABLE_REASON
+    if binding.has_llamafile():
+        return 0, 0, "this ggml build has LLAMAFILE on: its products run tinyBLAS, not vec_dot"
+    klib, ffi = _EXACT["module"].lib, _EXACT["module"].ffi
+    lanes = int(klib.pg_f16dot_lanes())
+    if not lanes:
+        return 0, 0, ("the exact kernels were built without AVX2 or AVX-512 (or with AVX512-FP16, whose sums "
+                      "ggml takes in half)")
+    k, differ = _f16dot_probe(klib, ffi, 0, lanes)
+    if differ:
+        return 0, 0, (f"its F16 product ({lanes} lanes) does not sum as this ggml build's vec_dot "
+                      f"(K = {k}: {differ} outputs differ)")
+    modes = [mode for mode in (3, 2, 1) if _f16dot_probe(klib, ffi, mode, lanes) == (0, 0)]
+    return lanes, modes[0] if modes else 0, None
+
+
+def _f16dot_probe(klib, ffi, mode: int, lanes: int) -> tuple[int, int]:
+    """(K, outputs that differ) at the first K where ggmldot.c's products (F16 for ``mode`` 0, else
+    F32 with that leftover mode) differ from ggml's vec_dot, else (0, 0)."""
+    rng = np.random.default_rng(0)
+    dtype = np.float32 if mode else np.float16
+    for k in (1, 7, 9, 4 * lanes - 1, 4 * lanes, 4 * lanes + 3, 4 * lanes + 23, 640, 1001):
+        m, n = 5, 7
+        a = (rng.standard_normal((m, k)) * rng.choice([1.0, 64.0], (m, 1))).astype(dtype)
+        b = rng.standard_normal((n, k)).astype(dtype)
+        c = np.empty((n, m), np.float32)
+        klib.pg_f16dot_product(mode, m, n, k, ffi.cast("void *", a.ctypes.data), ffi.cast("void *", b.ctypes.data),
+                               ffi.cast("float *", c.ctypes.data))
+        want = np.array([[binding.vec_dot(a[i], b[j]) for i in range(m)] for j in range(n)], np.float32)
+        if not np.array_equal(c.view(np.uint32), want.view(np.uint32)):
+            return k, int((c.view(np.uint32) != want.view(np.uint32)).sum())
+    return 0, 0
+
+
+# ggml's F16 and F32 products in register blocks (the "s2cpp" precision's matrix products), where
+# they reproduce this ggml build's sums; else ggml's mul_mat runs them.
+F16DOT_LANES, F16DOT_F32_TAIL, F16DOT_UNAVAILABLE_REASON = _f16dot_check()
+F16DOT = F16DOT_LANES > 0
+if EXACT_AVAILABLE and not F16DOT:
+    log.info("ggml's products in blocks unavailable: %s; the s2cpp precision uses ggml's mul_mat",
+             F16DOT_UNAVAILABLE_REASON)
 
 
 def _table(exact: bool) -> dict:
@@ -290,4 +345,38 @@ def mul_mat_rowdot(ctx, a, b, keep: list):
     args = (ctypes.POINTER(lib.ggml_tensor) * 2)(a, b)
     ne = (int(a.contents.ne[1]), int(b.contents.ne[1]), int(b.contents.ne[2]), int(b.contents.ne[3]))
     return lib.ggml_custom_4d(ctx, 0, *ne, args, 2, OPS["mul_mat_rowdot"], N_TASKS_MAX,
+                              params.ctypes.data_as(ctypes.c_void_p))
+
+
+# --------------------------------------------------------------------------- ggml's F16 product
+
+F16DOT_PANEL_BYTES = 512 << 10  # the columns (F16 rows) that stay in L2 while the other operand's rows pass
+
+
+def mul_mat_f16dot_supported(a, b) -> bool:
+    """F16 ``a`` and F16 or F32 ``b``, or both F32, with contiguous rows, ggml's broadcast of ``a``
+    over ``b``'s batches, where the exact build's products reproduce this ggml build (:data:`F16DOT`)."""
+    ta, tb = int(a.contents.type), int(b.contents.type)
+    if not F16DOT or (ta, tb) not in ((1, 1), (1, 0), (0, 0)) or (ta == 0 and not F16DOT_F32_TAIL):
+        return False
+    for t in (a, b):
+        size = 2 if int(t.contents.type) == 1 else 4
+        if int(t.contents.nb[0]) != size or int(t.contents.nb[1]) % size:
+            return False
+    return (int(b.contents.ne[2]) % int(a.contents.ne[2]) == 0
+            and int(b.contents.ne[3]) % int(a.contents.ne[3]) == 0)
+
+
+def mul_mat_f16dot(ctx, a, b, keep: list):
+    """``ggml_mul_mat(a, b)`` with ggml's values bit for bit (each output is ggml_vec_dot_f16 of its
+    two rows, an F32 ``b`` rounded to F16 first, or ggml_vec_dot_f32 where both are F32), computed in
+    register blocks: ne ``[a.ne1, b.ne1, b.ne2, b.ne3]``. ``keep`` outlives the graph (the parameter
+    block)."""
+    k = int(a.contents.ne[0])
+    size = 4 if int(a.contents.type) == 0 else 2
+    params = np.array([max(8, F16DOT_PANEL_BYTES // (size * k)), F16DOT_F32_TAIL], dtype=np.int64)
+    keep.append(params)
+    args = (ctypes.POINTER(lib.ggml_tensor) * 2)(a, b)
+    ne = (int(a.contents.ne[1]), int(b.contents.ne[1]), int(b.contents.ne[2]), int(b.contents.ne[3]))
+    return lib.ggml_custom_4d(ctx, 0, *ne, args, 2, _EXACT["mul_mat_f16dot"], N_TASKS_MAX,
                               params.ctypes.data_as(ctypes.c_void_p))

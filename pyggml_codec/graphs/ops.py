@@ -202,6 +202,9 @@ def mul_mat(g: Builder, a: Tensor, b: Tensor) -> Tensor:
         # round the activations to F16
         a = lib.ggml_cast(g.ctx, a, F32)
         g.lowerings["matrices"] = "stored-upcast"
+    if g.exact_kernels and g.snake_kernel and kernels.mul_mat_f16dot_supported(a, b):
+        g.lowerings["matmul"] = "f16dot"  # ggml's F16 product, its values, in register blocks
+        return kernels.mul_mat_f16dot(g.ctx, a, b, g.keep)
     blas = g.matmul == "blas" and kernels.mul_mat_blas_supported(a, b)
     g.lowerings["matmul"] = "blas" if blas else "ggml"
     return kernels.mul_mat_blas(g.ctx, a, b) if blas else lib.ggml_mul_mat(g.ctx, a, b)

@@ -1,0 +1,290 @@
+/* ggml's F16 and F32 matrix products, bit for bit, in register blocks (the "s2cpp" precision).
+ *
+ * ggml 0.15.3's CPU mul_mat of an F16 matrix computes every output by one ggml_vec_dot_f16
+ * call over a row of each operand (an F32 src1 first rounded to F16), that of two F32 matrices by
+ * one ggml_vec_dot_f32 call (the same loop over F32 lanes, summed in float): it reads two vectors per
+ * multiply-add and leaves the FMA units idle most of the time. The value of each output is
+ * fixed by that function's summation order, not by how the outputs are grouped, so here an
+ * R x C block of outputs shares its loads (R + C vector loads per R C multiply-adds) and every
+ * output is still summed exactly as ggml_vec_dot_f16 sums it on x86 without AVX512-FP16:
+ *
+ *   V lanes (16 with AVX-512, 8 with AVX2), STEP = 4 V, np = n rounded down to STEP;
+ *   four accumulators x[j] (j < 4), lane l of x[j] the FMA chain over k = STEP s + V j + l;
+ *   x[0] += x[2], x[1] += x[3], x[0] += x[1]; the lanes added by the same intrinsic ggml uses
+ *   (_mm512_reduce_add_ps, or the 128-bit add and two hadds), widened to double;
+ *   the k >= np leftovers added one by one in double, each product taken in float;
+ *   the double rounded to float. (ggml_vec_dot_f32: the same lanes, the reduction and the
+ *   leftovers in float.)
+ *
+ * Each accumulator is its own chain, so the block runs the four one after another (one pass
+ * per j over the whole vectors: R C accumulators in registers instead of 4 R C).
+ * This file is compiled in the exact build only: no -ffast-math, no FMA contraction (the C
+ * arithmetic here must be the one written). kernels.py uses it only where ggml's build sums
+ * the same way (its ISA key: avx512 with 16 lanes, avx2 with 8). */
+#include "pg_kernels.h"
+
+#if defined(__AVX512F__) && defined(__F16C__) && !defined(__AVX512FP16__)
+#define GD_V 16
+#define GD_R 4
+#define GD_C 6
+typedef __m512 gd_vf;
+#define GD_ZERO() _mm512_setzero_ps()
+#define GD_LOADH(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define GD_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define GD_ADD(a, b) _mm512_add_ps(a, b)
+#define GD_STORE(p, v) _mm512_storeu_ps(p, v)
+#define GD_LOAD(p) _mm512_loadu_ps(p)
+static inline float gd_lanes(gd_vf x) { return _mm512_reduce_add_ps(x); }
+#define GD_DL 8  /* doubles per vector: the leftovers of up to GD_C columns side by side */
+typedef __m512d gd_vd;
+typedef __m256 gd_vh;
+#define GD_DLOAD(p) _mm512_loadu_pd(p)
+#define GD_DSTORE(p, v) _mm512_storeu_pd(p, v)
+#define GD_DADD(a, b) _mm512_add_pd(a, b)
+#define GD_HLOAD(p) _mm256_loadu_ps(p)
+#define GD_HSET1(x) _mm256_set1_ps(x)
+#define GD_HMUL(a, b) _mm256_mul_ps(a, b)
+#define GD_WIDEN(v) _mm512_cvtps_pd(v)
+#define GD_BUILT 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(__AVX512F__)
+#define GD_V 8
+#define GD_R 3
+#define GD_C 4
+typedef __m256 gd_vf;
+#define GD_ZERO() _mm256_setzero_ps()
+#define GD_LOADH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define GD_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define GD_ADD(a, b) _mm256_add_ps(a, b)
+#define GD_STORE(p, v) _mm256_storeu_ps(p, v)
+#define GD_LOAD(p) _mm256_loadu_ps(p)
+static inline float gd_lanes(gd_vf x) {  /* GGML_F32x8_REDUCE's last steps */
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
+#define GD_DL 4
+typedef __m256d gd_vd;
+typedef __m128 gd_vh;
+#define GD_DLOAD(p) _mm256_loadu_pd(p)
+#define GD_DSTORE(p, v) _mm256_storeu_pd(p, v)
+#define GD_DADD(a, b) _mm256_add_pd(a, b)
+#define GD_HLOAD(p) _mm_loadu_ps(p)
+#define GD_HSET1(x) _mm_set1_ps(x)
+#define GD_HMUL(a, b) _mm_mul_ps(a, b)
+#define GD_WIDEN(v) _mm256_cvtps_pd(v)
+#define GD_BUILT 1
+#else
+#define GD_BUILT 0
+#endif
+
+#if GD_BUILT
+int pg_f16dot_lanes(void) { return GD_V; }
+#define GD_STEP (4 * GD_V)
+
+/* Lane vector at k of an F16 row (f32 == 0) or of an F32 row */
+static inline __attribute__((always_inline)) gd_vf gd_at(const void * row, const int f32, int64_t k) {
+    return f32 ? GD_LOAD((const float *)row + k) : GD_LOADH((const uint16_t *)row + k);
+}
+
+/* The four accumulators of the r x c block at rows a[0..r), columns b[0..c) over the first np
+ * values (np a multiple of GD_STEP): xs[(j R + i) C + q] lanes. r, c, f32 constant where inlined. */
+static inline __attribute__((always_inline)) void gd_block(const int r, const int c, const int f32,
+                                                          const void * const * a, const void * const * b,
+                                                          int64_t np, float * xs) {
+    for (int j = 0; j < 4; j++) {
+        gd_vf acc[GD_R][GD_C];
+        for (int i = 0; i < r; i++)
+            for (int q = 0; q < c; q++) acc[i][q] = GD_ZERO();
+        for (int64_t k = (int64_t)j * GD_V; k < np; k += GD_STEP) {
+            gd_vf bv[GD_C];
+            for (int q = 0; q < c; q++) bv[q] = gd_at(b[q], f32, k);
+            for (int i = 0; i < r; i++) {
+                const gd_vf av = gd_at(a[i], f32, k);
+                for (int q = 0; q < c; q++) acc[i][q] = GD_FMA(av, bv[q], acc[i][q]);
+            }
+        }
+        for (int i = 0; i < r; i++)
+            for (int q = 0; q < c; q++) GD_STORE(xs + ((j * GD_R + i) * GD_C + q) * GD_V, acc[i][q]);
+    }
+}
+
+static void gd_dispatch(int r, int c, int f32, const void * const * a, const void * const * b, int64_t np, float * xs) {
+#define GD_CASE(R, C) if (r == R && c == C) { if (f32) gd_block(R, C, 1, a, b, np, xs); else gd_block(R, C, 0, a, b, np, xs); return; }
+#if GD_R == 4
+    GD_CASE(4, 6) GD_CASE(4, 5) GD_CASE(4, 4) GD_CASE(4, 3) GD_CASE(4, 2) GD_CASE(4, 1)
+    GD_CASE(3, 6) GD_CASE(3, 5)
+    GD_CASE(2, 6) GD_CASE(2, 5)
+    GD_CASE(1, 6) GD_CASE(1, 5)
+#endif
+    GD_CASE(3, 4) GD_CASE(3, 3) GD_CASE(3, 2) GD_CASE(3, 1)
+    GD_CASE(2, 4) GD_CASE(2, 3) GD_CASE(2, 2) GD_CASE(2, 1)
+    GD_CASE(1, 4) GD_CASE(1, 3) GD_CASE(1, 2) GD_CASE(1, 1)
+#undef GD_CASE
+}
+
+/* x[0] += x[2], x[1] += x[3], x[0] += x[1], then its lanes: GGML_F32x*_REDUCE */
+static inline float gd_reduce(const float * x0p, const float * x1p, const float * x2p, const float * x3p) {
+    gd_vf x0 = GD_LOAD(x0p), x1 = GD_LOAD(x1p);
+    x0 = GD_ADD(x0, GD_LOAD(x2p));
+    x1 = GD_ADD(x1, GD_LOAD(x3p));
+    x0 = GD_ADD(x0, x1);
+    return gd_lanes(x0);
+}
+
+/* The r x c outputs of a block of F16 rows from their accumulators and leftovers, as
+ * gd_finish_f16 computes each (the same double sums in the same order), with the leftovers' chains
+ * of the block's columns side by side in the lanes of one vector of doubles per row (the chains are
+ * independent; one after another, each waited on its adds' latency). out[i * GD_C + q]. */
+static void gd_finish_block_f16(int r, int c, const float * xs, const uint16_t * const * a,
+                                const uint16_t * const * b, int64_t np, int64_t n, float * out) {
+    const int64_t js = GD_R * GD_C * GD_V, left = n - np;
+    double sums[GD_R][GD_DL];
+    for (int i = 0; i < r; i++)
+        for (int q = 0; q < GD_DL; q++) {
+            const float * x = xs + (i * GD_C + q) * GD_V;
+            sums[i][q] = np && q < c ? (double)gd_reduce(x, x + js, x + 2 * js, x + 3 * js) : 0.0;
+        }
+    if (left > 0) {
+        float bt[GD_STEP * GD_DL];  /* leftover t of column q at bt[t GD_DL + q] (left < GD_STEP) */
+        for (int64_t t = 0; t < left; t++)
+            for (int q = 0; q < GD_DL; q++) bt[t * GD_DL + q] = q < c ? _cvtsh_ss(b[q][np + t]) : 0.0f;
+        for (int i = 0; i < r; i++) {
+            gd_vd acc = GD_DLOAD(sums[i]);
+            for (int64_t t = 0; t < left; t++) {  /* float products of F16 values are exact */
+                const gd_vh prod = GD_HMUL(GD_HSET1(_cvtsh_ss(a[i][np + t])), GD_HLOAD(bt + t * GD_DL));
+                acc = GD_DADD(acc, GD_WIDEN(prod));
+            }
+            GD_DSTORE(sums[i], acc);
+        }
+    }
+    for (int i = 0; i < r; i++)
+        for (int q = 0; q < c; q++) out[i * GD_C + q] = (float)sums[i][q];
+}
+
+/* ggml_vec_dot_f32's end: the reduction in float, then the L leftovers, `sumf += x[i]*y[i]`, as
+ * ggml's compiler built that loop (the probe in kernels.py finds which):
+ *   mode 1: a product then a sum each; mode 2: one FMA each;
+ *   mode 3: GCC's vectorized loop: products in vectors of 16, then of 8, added in order, and the
+ *   last L % 8 by FMA (one scalar iteration each). */
+static inline float gd_finish_f32(const float * x, int64_t js, const float * a, const float * b, int64_t np,
+                                  int64_t n, int mode) {
+    float sum = x ? gd_reduce(x, x + js, x + 2 * js, x + 3 * js) : 0.0f;
+    const int64_t fused = mode == 2 ? np : mode == 3 ? n - (n - np) % 8 : n;  /* FMA from here */
+    int64_t k = np;
+    for (; k < fused; k++) {
+        const float prod = a[k] * b[k];
+        sum += prod;
+    }
+    for (; k < n; k++) sum = __builtin_fmaf(a[k], b[k], sum);
+    return sum;
+}
+
+/* F32 values rounded to F16 as ggml_cpu_fp32_to_fp16 does (to nearest even) */
+static void gd_round_f16(const float * x, uint16_t * h, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) h[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* c[q * ldc + i] = a[i] . b[q] (ggml_vec_dot_f16's value, or with f32 ggml_vec_dot_f32's) for rows
+ * i in [m0, m1) of a and columns q in [c0, c1) of b: rows of k values, F16 (f32 == 0), or F32 with
+ * f32 the leftovers' mode of gd_finish_f32, a row i
+ * at a + i lda, b's q at b + q ldb (elements). Column panels of `panel` (their rows stay in L2
+ * while the rows of a pass), blocks of GD_R x GD_C. */
+static void gd_product(const int f32, const void * a, int64_t lda, const void * b, int64_t ldb, int64_t m0, int64_t m1,
+                       int64_t c0, int64_t c1, int64_t k, int64_t panel, float * c, int64_t ldc) {
+    const int64_t np = k / GD_STEP * GD_STEP;
+    const int64_t js = GD_R * GD_C * GD_V;  /* from accumulator j to j + 1 in xs */
+    const size_t esz = f32 ? 4 : 2;
+    float xs[4 * GD_R * GD_C * GD_V];
+    panel = panel > GD_C ? panel / GD_C * GD_C : GD_C;
+    for (int64_t j0 = c0; j0 < c1; j0 += panel) {
+        const int64_t j1 = j0 + panel < c1 ? j0 + panel : c1;
+        for (int64_t ib = m0; ib < m1; ib += GD_R) {
+            const int r = (int)(m1 - ib < GD_R ? m1 - ib : GD_R);
+            const void * ar[GD_R];
+            for (int i = 0; i < r; i++) ar[i] = (const char *)a + (size_t)((ib + i) * lda) * esz;
+            for (int64_t jb = j0; jb < j1; jb += GD_C) {
+                const int cc = (int)(j1 - jb < GD_C ? j1 - jb : GD_C);
+                const void * br[GD_C];
+                for (int q = 0; q < cc; q++) br[q] = (const char *)b + (size_t)((jb + q) * ldb) * esz;
+                if (np) gd_dispatch(r, cc, f32, ar, br, np, xs);
+                if (!f32) {
+                    float out[GD_R * GD_C];
+                    gd_finish_block_f16(r, cc, xs, (const uint16_t * const *)ar, (const uint16_t * const *)br, np, k,
+                                        out);
+                    for (int i = 0; i < r; i++)
+                        for (int q = 0; q < cc; q++) c[(jb + q) * ldc + ib + i] = out[i * GD_C + q];
+                    continue;
+                }
+                for (int i = 0; i < r; i++)
+                    for (int q = 0; q < cc; q++) {
+                        const float * x = np ? xs + (i * GD_C + q) * GD_V : NULL;
+                        c[(jb + q) * ldc + ib + i] =
+                            gd_finish_f32(x, js, (const float *)ar[i], (const float *)br[q], np, k, f32);
+                    }
+            }
+        }
+    }
+}
+
+/* The probe kernels.py checks this file against ggml's own vec_dot with: contiguous a [m][k],
+ * b [n][k], F16 (F32 with f32, as gd_product); c [n][m]. Returns 0 where not built. */
+int pg_f16dot_product(int f32, int64_t m, int64_t n, int64_t k, const void * a, const void * b, float * c) {
+    gd_product(f32, a, k, b, k, 0, m, 0, n, k, 64, c, m);
+    return 1;
+}
+
+/* ggml_mul_mat(a, b) with ggml's values: src0 a F16 ne [K, M, A2, A3] and src1 b F16 or F32 ne
+ * [K, N, B2, B3] (ggml_vec_dot_f16's), or both F32 (ggml_vec_dot_f32's); B2 % A2 == 0, B3 % A3 == 0,
+ * contiguous rows; dst contiguous F32 ne [M, N, B2, B3], dst[n][m] = a[m] . b[n]. userdata:
+ * int64 [2] = the column panel, the F32 leftovers' mode (gd_finish_f32). Threads
+ * take blocks of the larger of M and N (each output is one sum wherever it is computed); an F32 b
+ * is first rounded to F16 (as ggml does, into its work buffer) into scratch, the columns each
+ * thread reads. */
+void pg_mul_mat_f16dot(void * dst_, int ith, int nth, void * userdata) {
+    const int64_t * p = userdata;
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * a = dst->src[0], * b = dst->src[1];
+    const int64_t k = a->ne[0], m = a->ne[1], n = b->ne[1];
+    const int f32 = a->type == 0 ? (int)p[1] : 0;  /* F32 a (and b): ggml_vec_dot_f32 */
+    const int b_f32 = b->type == 0 && !f32;  /* rounded to F16 first */
+    const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
+    const int split_n = n >= m;
+    int64_t i0, i1, block;
+    pg_blocks(split_n ? n : m, 16, split_n ? n : m, ith, nth, &i0, &i1, &block);
+    if (i0 >= i1) return;
+    const int64_t c0 = split_n ? i0 : 0, c1 = split_n ? i1 : n;  /* this thread's columns */
+    const int64_t m0 = split_n ? 0 : i0, m1 = split_n ? m : i1;  /* and rows */
+    int slot = -1;
+    uint16_t * hb = NULL;
+    if (b_f32) {
+        hb = (uint16_t *)pg_scratch_take((size_t)((c1 - c0) * k + 1) / 2 + 1, &slot);
+        if (!hb) abort();
+    }
+    for (int64_t i3 = 0; i3 < b->ne[3]; i3++) {
+        for (int64_t i2 = 0; i2 < b->ne[2]; i2++) {
+            const char * ap = (const char *)a->data + (i2 / r2) * a->nb[2] + (i3 / r3) * a->nb[3];
+            const char * bp = (const char *)b->data + i2 * b->nb[2] + i3 * b->nb[3];
+            float * cp = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
+            const int64_t esz = f32 ? 4 : 2, lda = (int64_t)(a->nb[1] / esz);
+            if (b_f32) {  /* hb: columns c0 .. c1 of this batch, rounded */
+                for (int64_t q = c0; q < c1; q++)
+                    gd_round_f16((const float *)(bp + q * b->nb[1]), hb + (q - c0) * k, k);
+                gd_product(0, ap, lda, hb, k, m0, m1, 0, c1 - c0, k, p[0], cp + c0 * m, m);
+            } else {
+                gd_product(f32, ap, lda, bp, (int64_t)(b->nb[1] / esz), m0, m1, c0, c1, k, p[0], cp, m);
+            }
+        }
+    }
+    if (b_f32) pg_scratch_give((float *)hb, slot);
+}
+#else
+int pg_f16dot_lanes(void) { return 0; }  /* ggml's other sums (AVX512-FP16, no AVX2): not reproduced here */
+int pg_f16dot_product(int f32, int64_t m, int64_t n, int64_t k, const void * a, const void * b, float * c) {
+    (void) f32; (void) m; (void) n; (void) k; (void) a; (void) b; (void) c;
+    return 0;
+}
+void pg_mul_mat_f16dot(void * dst, int ith, int nth, void * userdata) { (void) dst; (void) ith; (void) nth; (void) userdata; }
+#endif
