@@ -313,16 +313,26 @@ ROWDOT_PANEL_BYTES = 1 << 20  # the columns whose rows stay in L2 while the weig
 ROWDOT = bool(AVAILABLE and OPS["rowdot"] and OPS["f16c"] and BLAS is not None)
 
 
+ROWDOT_Q8_0 = int(lib.GGML_TYPE_Q8_0)  # its rows read by the row products, dequantized in registers
+
+
 def mul_mat_rowdot_supported(a, b) -> bool:
-    """F32 or F16 ``a`` and F32 ``b`` with contiguous rows, ggml's broadcast of ``a`` over ``b``'s
-    batches, and either an F16 ``a`` or at most ``rowdot_max_columns(F32)`` columns."""
-    if not ROWDOT or int(b.contents.type) != 0 or int(a.contents.type) not in (0, 1):
+    """F32, F16 or Q8_0 ``a`` and F32 ``b`` with contiguous rows, ggml's broadcast of ``a`` over ``b``'s
+    batches, and either an F16 ``a`` or at most ``rowdot_max_columns(F32)`` columns (a Q8_0 ``a``
+    is read as the F32 matrix it dequantizes to: the same values, and the same choice)."""
+    ta = int(a.contents.type)
+    if not ROWDOT or int(b.contents.type) != 0 or ta not in (0, 1, ROWDOT_Q8_0):
         return False
-    for t in (a, b):
-        size = 2 if int(t.contents.type) == 1 else 4
-        if int(t.contents.nb[0]) != size or int(t.contents.nb[1]) % size:
+    if ta == ROWDOT_Q8_0:
+        k = int(a.contents.ne[0])
+        if k % 32 or int(a.contents.nb[1]) != k // 32 * 34 or int(b.contents.nb[0]) != 4 or int(b.contents.nb[1]) % 4:
             return False
-    if int(a.contents.type) == 0 and int(b.contents.ne[1]) > rowdot_max_columns(0):
+    else:
+        for t in (a, b):
+            size = 2 if int(t.contents.type) == 1 else 4
+            if int(t.contents.nb[0]) != size or int(t.contents.nb[1]) % size:
+                return False
+    if ta != 1 and int(b.contents.ne[1]) > rowdot_max_columns(0):
         return False
     return (int(b.contents.ne[2]) % int(a.contents.ne[2]) == 0
             and int(b.contents.ne[3]) % int(a.contents.ne[3]) == 0)
@@ -336,7 +346,7 @@ def rowdot_max_columns(a_type: int) -> int:
 
 
 def mul_mat_rowdot(ctx, a, b, keep: list):
-    """``ggml_mul_mat(a, b)`` (F32 or F16 ``a``, F32 ``b``) by row dot products: ne
+    """``ggml_mul_mat(a, b)`` (F32, F16 or Q8_0 ``a``, F32 ``b``) by row dot products: ne
     ``[a.ne1, b.ne1, b.ne2, b.ne3]``. ``keep`` outlives the graph (the parameter block)."""
     k = int(a.contents.ne[0])
     max_n = rowdot_max_columns(int(a.contents.type))

@@ -116,9 +116,10 @@ def test_rowdot_refuses_what_it_cannot_read():
         assert kernels.mul_mat_rowdot_supported(f32, wide) == (kernels.rowdot_max_columns(ops.F32) > 1000)
         assert not kernels.mul_mat_rowdot_supported(f32, ops.new_tensor(ctx, ops.F16, (32, 4)))
         assert not kernels.mul_mat_rowdot_supported(ops.lib.ggml_transpose(ctx, f32), narrow)
-        q8 = ops.new_tensor(ctx, binding.TYPE_Q8_0, (32, 32)) if hasattr(binding, "TYPE_Q8_0") else None
-        if q8 is not None:
-            assert not kernels.mul_mat_rowdot_supported(q8, f32)
+        q8 = ops.new_tensor(ctx, kernels.ROWDOT_Q8_0, (32, 32))  # read as the F32 matrix it dequantizes to
+        assert kernels.mul_mat_rowdot_supported(q8, narrow)
+        assert kernels.mul_mat_rowdot_supported(q8, wide) == kernels.mul_mat_rowdot_supported(f32, wide)
+        assert not kernels.mul_mat_rowdot_supported(ops.new_tensor(ctx, ops.lib.GGML_TYPE_Q6_K, (32, 32)), narrow)
     finally:
         ops.lib.ggml_free(ctx)
 
@@ -164,3 +165,26 @@ def test_f16_matrices_without_the_kernels_are_upcast_in_the_graph(tiny_model):
                 assert codec.lowerings["matrices"] == "stored-upcast"
     _, m = report("kernels off: F16 matrices upcast in the graph vs at load", out["stored"], out["f32"])
     assert m == 0.0
+
+
+@pytest.mark.parametrize("n", [1, 8, 40])
+def test_q8_0_rows_give_the_bits_of_their_f32_dequantization(n):
+    """A Q8_0 matrix read by the row products (dequantized in registers, ``ops.mul_mat`` with
+    ``quantized="dequantize"``) gives the bits of the product of its F32 dequantization (ggml's
+    cast), at a stream's column counts and a one-shot decode's; its lowering says so."""
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((70, 256)).astype(np.float32)
+    b = rng.standard_normal((n, 256)).astype(np.float32)
+
+    def build(g):
+        g.matmul, g.quantized = "blas", "dequantize"
+        q = ops.lib.ggml_cast(g.ctx, g.input("a", a), kernels.ROWDOT_Q8_0)
+        tb = g.input("b", b)
+        direct = ops.mul_mat(g, q, tb)
+        assert (g.lowerings.get("matmul") == "rowdot") == kernels.mul_mat_rowdot_supported(q, tb)
+        return {"direct": direct, "cast": ops.mul_mat(g, ops.lib.ggml_cast(g.ctx, q, ops.F32), tb)}
+
+    out = _run(build, 2)
+    differ = int((out["direct"].view(np.uint32) != out["cast"].view(np.uint32)).sum())
+    print(f"Q8_0 rows, {n} column(s): {differ} of {out['cast'].size} outputs differ from the F32 dequantization's (bound 0)")
+    assert differ == 0

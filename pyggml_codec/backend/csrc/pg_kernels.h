@@ -107,7 +107,7 @@ void pg_conv_wino_input(void * dst, int ith, int nth, void * userdata);
 void pg_col2im(void * dst, int ith, int nth, void * userdata);
 void pg_mul_mat_rowdot(void * dst, int ith, int nth, void * userdata);
 void pg_window_attention(void * dst, int ith, int nth, void * userdata);
-int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int a_f16, const float * b, int64_t ldb,
+int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int a_kind, const float * b, int64_t ldb,
               float beta, float * c, int64_t csi, int64_t csj, int64_t panel);
 int pg_rowdot_lanes(void);  /* floats per vector of the row products; 0: not built */
 int pg_has_f16c(void);

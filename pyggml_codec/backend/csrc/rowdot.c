@@ -1,5 +1,6 @@
-/* Products as row dot products: C[i][j] = sum_k A[i][k] B[j][k], A F32 or F16 (the weights,
- * upcast to F32 exactly), B F32 (the activations), F32 sums; no packing.
+/* Products as row dot products: C[i][j] = sum_k A[i][k] B[j][k], A F32, F16 or Q8_0 (the weights,
+ * upcast or dequantized to F32 exactly: ggml's dequantized value q d is exact in float), B F32 (the
+ * activations), F32 sums; no packing.
  *
  * Why: OpenBLAS's sgemm packs the whole weight matrix for every call, which is most of the
  * time of a product with a few columns (a streamed chunk's: 1 to 32), and ggml's own F16
@@ -22,6 +23,9 @@ typedef __m512 pg_vf;
 #define VZERO() _mm512_setzero_ps()
 #define VLOAD(p) _mm512_loadu_ps(p)
 #define VLOADH(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define VLOADQ(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
+#define VMUL(a, b) _mm512_mul_ps(a, b)
+#define VSET1(x) _mm512_set1_ps(x)
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 static inline float vsum(pg_vf v) {
     return pg_hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
@@ -35,6 +39,9 @@ typedef __m256 pg_vf;
 #define VZERO() _mm256_setzero_ps()
 #define VLOAD(p) _mm256_loadu_ps(p)
 #define VLOADH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define VLOADQ(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+#define VMUL(a, b) _mm256_mul_ps(a, b)
+#define VSET1(x) _mm256_set1_ps(x)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 static inline float vsum(pg_vf v) { return pg_hsum8(v); }
 #define PG_RD_VECTOR 1
@@ -63,9 +70,39 @@ static void pg_f16_to_f32(const uint16_t * restrict h, float * restrict f, int64
 #endif
 }
 
+/* The weights' types (pg_rowdot's a_kind): ggml's F32, F16 and Q8_0 (blocks of 32 values: an F16
+ * scale d, then 32 int8 q; value q d) */
+enum { PG_RD_F32 = 0, PG_RD_F16 = 1, PG_RD_Q8_0 = 2 };
+#define PG_Q8_0_BLOCK 34
+
+/* bytes of a row of lda values of kind */
+static inline int64_t pg_rd_row_bytes(int kind, int64_t lda) {
+    return kind == PG_RD_Q8_0 ? lda / 32 * PG_Q8_0_BLOCK : lda * (kind == PG_RD_F16 ? 2 : 4);
+}
+
+/* value k of a row of kind (F16 and Q8_0 need F16C: kernels.py takes neither without it) */
+static inline float pg_rd_value(const void * a, int kind, int64_t k) {
+#if defined(__F16C__)
+    if (kind == PG_RD_Q8_0) {
+        const uint8_t * blk = (const uint8_t *)a + k / 32 * PG_Q8_0_BLOCK;
+        uint16_t d;
+        memcpy(&d, blk, 2);
+        return (float)(int8_t)blk[2 + k % 32] * _cvtsh_ss(d);
+    }
+    if (kind == PG_RD_F16) return _cvtsh_ss(((const uint16_t *)a)[k]);
+#endif
+    return kind == PG_RD_F32 ? ((const float *)a)[k] : 0.0f;
+}
+
 #if PG_RD_VECTOR
-/* Lane l of the vector at k of row a (F16 when h). */
+/* Lane l of the vector at k of row a of kind h (k a multiple of the lanes, so within one Q8_0 block). */
 static inline __attribute__((always_inline)) pg_vf load_a(const void * a, int h, int64_t k) {
+    if (h == PG_RD_Q8_0) {
+        const uint8_t * blk = (const uint8_t *)a + k / 32 * PG_Q8_0_BLOCK;
+        uint16_t d;
+        memcpy(&d, blk, 2);
+        return VMUL(VLOADQ(blk + 2 + k % 32), VSET1(_cvtsh_ss(d)));
+    }
     return h ? VLOADH((const uint16_t *)a + k) : VLOAD((const float *)a + k);
 }
 
@@ -116,37 +153,30 @@ static void rd_dispatch(int r, int c, const void * const * a, int h, const float
 }
 #endif
 
-/* C[i * csi + j * csj] = beta C + sum_k A[i][k] B[j][k] for i < m, j < n: A rows at a + i lda
- * (F32, or F16 when a_f16), B rows at b + j ldb (F32). Columns are taken in panels of at most
+/* C[i * csi + j * csj] = beta C + sum_k A[i][k] B[j][k] for i < m, j < n: A rows of lda values of
+ * a_kind (PG_RD_F32, PG_RD_F16 or PG_RD_Q8_0; K a multiple of 32 for Q8_0) from a, B rows at b + j
+ * ldb (F32). Columns are taken in panels of at most
  * `panel` (their B rows stay in L2 while every row of A passes once per panel). Returns 0 where
  * this build has no vector code (the callers then use the BLAS). */
-int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int a_f16, const float * b, int64_t ldb,
+int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int a_kind, const float * b, int64_t ldb,
               float beta, float * c, int64_t csi, int64_t csj, int64_t panel) {
 #if PG_RD_VECTOR
     const int64_t kv = k / PG_RD_V * PG_RD_V;
     const int tail = k > kv;
-    const size_t esz = a_f16 ? 2 : 4;
+    const int64_t row = pg_rd_row_bytes(a_kind, lda);
     float ta[PG_RD_R * PG_RD_V], tb[PG_RD_C * PG_RD_V], out[PG_RD_R * PG_RD_C];
     if (panel < PG_RD_C) panel = PG_RD_C;
     /* a block of rows' bytes spread over its kv / V vectors, in whole cache lines */
-    const int64_t pf_step = kv > 0 ? ((int64_t)(PG_RD_R * lda * esz) / (kv / PG_RD_V) + 63) / 64 * 64 : 0;
+    const int64_t pf_step = kv > 0 ? (PG_RD_R * row / (kv / PG_RD_V) + 63) / 64 * 64 : 0;
     for (int64_t j0 = 0; j0 < n; j0 += panel) {
         const int64_t j1 = j0 + panel < n ? j0 + panel : n;
         for (int64_t i0 = 0; i0 < m; i0 += PG_RD_R) {
             const int r = (int)(m - i0 < PG_RD_R ? m - i0 : PG_RD_R);
             const void * ar[PG_RD_R];
             for (int i = 0; i < r; i++) {
-                ar[i] = (const char *)a + (size_t)(i0 + i) * lda * esz;
-                if (tail) {
-                    for (int64_t q = 0; q < PG_RD_V; q++) {
-                        float v = 0.0f;
-                        if (kv + q < k) {
-                            if (a_f16) v = _cvtsh_ss(((const uint16_t *)ar[i])[kv + q]);
-                            else v = ((const float *)ar[i])[kv + q];
-                        }
-                        ta[i * PG_RD_V + q] = v;
-                    }
-                }
+                ar[i] = (const char *)a + (size_t)((i0 + i) * row);
+                if (tail)
+                    for (int64_t q = 0; q < PG_RD_V; q++) ta[i * PG_RD_V + q] = kv + q < k ? pg_rd_value(ar[i], a_kind, kv + q) : 0.0f;
             }
             for (int64_t jb = j0; jb < j1; jb += PG_RD_C) {
                 const int cc = (int)(j1 - jb < PG_RD_C ? j1 - jb : PG_RD_C);
@@ -158,8 +188,8 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
                 }
                 /* the first column block of a panel fetches the next full block of rows */
                 const int fetch = jb == j0 && kv > 0 && i0 + 2 * PG_RD_R <= m;
-                const char * pf = fetch ? (const char *)a + (size_t)(i0 + PG_RD_R) * lda * esz : NULL;
-                rd_dispatch(r, cc, ar, a_f16, br, kv, ta, tb, tail, out, pf, pf_step);
+                const char * pf = fetch ? (const char *)a + (size_t)((i0 + PG_RD_R) * row) : NULL;
+                rd_dispatch(r, cc, ar, a_kind, br, kv, ta, tb, tail, out, pf, pf_step);
                 for (int i = 0; i < r; i++)
                     for (int j = 0; j < cc; j++) {
                         float * o = c + (i0 + i) * csi + (jb + j) * csj;
@@ -170,13 +200,13 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
     }
     return 1;
 #else
-    (void) m; (void) n; (void) k; (void) a; (void) lda; (void) a_f16; (void) b; (void) ldb; (void) beta; (void) c;
+    (void) m; (void) n; (void) k; (void) a; (void) lda; (void) a_kind; (void) b; (void) ldb; (void) beta; (void) c;
     (void) csi; (void) csj; (void) panel;
     return 0;
 #endif
 }
 
-/* ggml_mul_mat(a, b) by pg_rowdot: src0 a F32 or F16 ne [K, M, A2, A3] with contiguous rows,
+/* ggml_mul_mat(a, b) by pg_rowdot: src0 a F32, F16 or Q8_0 ne [K, M, A2, A3] with contiguous rows,
  * src1 b F32 ne [K, N, B2, B3] (B2 % A2 == 0, B3 % A3 == 0) with contiguous rows; dst contiguous
  * F32 ne [M, N, B2, B3]. userdata: int64 [5] = the column panel, the most columns taken by
  * rows (max_n), then the BLAS block (pg_sgemm). Past max_n columns (a one-shot decode's longer
@@ -188,9 +218,11 @@ void pg_mul_mat_rowdot(void * dst_, int ith, int nth, void * userdata) {
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * a = dst->src[0], * b = dst->src[1];
     const int64_t k = a->ne[0], m = a->ne[1], n = b->ne[1];
-    const int f16 = a->type == 1;
-    const size_t esz = f16 ? 2 : 4;
-    const int64_t lda = (int64_t)(a->nb[1] / esz), ldb = (int64_t)(b->nb[1] / sizeof(float));
+    const int kind = a->type == 1 ? PG_RD_F16 : a->type == 8 ? PG_RD_Q8_0 : PG_RD_F32;
+    const int up_rows = kind != PG_RD_F32;  /* upcast or dequantized into scratch for the BLAS */
+    const int64_t row = (int64_t)a->nb[1];  /* bytes */
+    const int64_t lda = kind == PG_RD_Q8_0 ? row / PG_Q8_0_BLOCK * 32 : row / (kind == PG_RD_F16 ? 2 : 4);
+    const int64_t ldb = (int64_t)(b->nb[1] / sizeof(float));
     const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
     const int by_rows = n <= p[1] && pg_rowdot_lanes();
     int64_t i0, i1, block;
@@ -199,7 +231,7 @@ void pg_mul_mat_rowdot(void * dst_, int ith, int nth, void * userdata) {
     float * up = NULL;
     int slot = -1, prev = 0;
     if (!by_rows) {
-        if (f16 && !(up = pg_scratch_take((size_t)(block * k), &slot))) return;  /* out of memory: output unset */
+        if (up_rows && !(up = pg_scratch_take((size_t)(block * k), &slot))) return;  /* out of memory: output unset */
         prev = pg_blas_enter(p + 2);
     }
     for (int64_t i3 = 0; i3 < b->ne[3]; i3++)
@@ -208,16 +240,20 @@ void pg_mul_mat_rowdot(void * dst_, int ith, int nth, void * userdata) {
             const float * bp = (const float *)((const char *)b->data + i2 * b->nb[2] + i3 * b->nb[3]);
             float * cp = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
             if (by_rows) {
-                pg_rowdot(i1 - i0, n, k, ap + i0 * lda * esz, lda, f16, bp, ldb, 0.0f, cp + i0, 1, m, p[0]);
+                pg_rowdot(i1 - i0, n, k, ap + i0 * row, lda, kind, bp, ldb, 0.0f, cp + i0, 1, m, p[0]);
                 continue;
             }
             for (int64_t j0 = i0; j0 < i1; j0 += block) {
                 const int64_t j1 = j0 + block < i1 ? j0 + block : i1;
-                const float * w = (const float *)(ap + j0 * lda * esz);
+                const float * w = (const float *)(ap + j0 * row);
                 int64_t ldw = lda;
-                if (f16) {
+                if (kind == PG_RD_F16) {
                     for (int64_t r = j0; r < j1; r++)
-                        pg_f16_to_f32((const uint16_t *)(ap + r * lda * esz), up + (r - j0) * k, k);
+                        pg_f16_to_f32((const uint16_t *)(ap + r * row), up + (r - j0) * k, k);
+                    w = up, ldw = k;
+                } else if (kind == PG_RD_Q8_0) {
+                    for (int64_t r = j0; r < j1; r++)
+                        for (int64_t e = 0; e < k; e++) up[(r - j0) * k + e] = pg_rd_value(ap + r * row, kind, e);
                     w = up, ldw = k;
                 }
                 pg_sgemm(p + 2, 1, n, j1 - j0, k, bp, ldb, w, ldw, 0.0f, cp + j0, m);
@@ -225,6 +261,6 @@ void pg_mul_mat_rowdot(void * dst_, int ith, int nth, void * userdata) {
         }
     if (!by_rows) {
         pg_blas_leave(p + 2, prev);
-        if (f16) pg_scratch_give(up, slot);
+        if (up_rows) pg_scratch_give(up, slot);
     }
 }
