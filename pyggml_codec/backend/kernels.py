@@ -180,6 +180,12 @@ def add_bias_residual(ctx, h, bias, x, exact: bool = False):
     return _custom(ctx, 0, h, [h, bias, x], "add_bias_residual", exact)
 
 
+def add_bias(ctx, h, bias, exact: bool = False):
+    """h + bias (ggml_add's values); contiguous F32 h, bias broadcast as above: ggml's CPU add runs a
+    scalar loop with a modulo per element for a bias of one value per row (a channels-first conv's)."""
+    return _custom(ctx, 0, h, [h, bias], "add_bias_residual", exact)
+
+
 def col2im(ctx, cols, k: int, stride: int, keep: list, prev=None):
     """``ggml_col2im_1d(cols, stride, Cout, 0)`` for contiguous F32 ``cols`` ``[K*Cout, T]``:
     ``[(T-1)*stride + K, Cout]``, same values. ggml 0.15.3's CPU op ran the decoder's last

@@ -271,6 +271,41 @@ def test_fused_bias_snake_and_residual_kernels_match_numpy(layout, out_type):
     assert err_res <= 1e-6
 
 
+@pytest.mark.parametrize("layout", ["CF", "CL"])
+@pytest.mark.parametrize("exact", [False, True])
+def test_bias_kernel_is_ggml_add_bit_for_bit(layout, exact):
+    """h + b by the compiled pass (ops.add_bias) against ggml's own add in the same graph: the same
+    bits (one float add each), both layouts, both builds; shapes it cannot take keep ggml's add."""
+    if not kernels.AVAILABLE or (exact and not kernels.EXACT_AVAILABLE):
+        pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON or kernels.EXACT_UNAVAILABLE_REASON}")
+    from pyggml_codec.graphs import ops
+
+    rng = np.random.default_rng(12)
+    h = rng.standard_normal((24, 1003)).astype(np.float32)
+    bias = rng.standard_normal(24).astype(np.float32)
+    arr = (lambda a: a) if layout == "CF" else (lambda a: np.ascontiguousarray(a.T))
+    backend = runtime.start_backend("cpu")
+    backend.set_threads(2)
+    graph = Graph(backend, 16 << 20)
+    try:
+        def build(g):
+            ht, bt = g.input("h", arr(h)), g.input("bias", bias)
+            ours = ops.add_bias(g, ht, bt, layout)
+            one = g.input("one", np.ones(1, np.float32))  # one channel: nothing to gain, ggml's add
+            assert ops.add_bias(g, g.input("h1", np.zeros((1, 5), np.float32)), one, layout) is not None
+            return {"ours": ours, "ggml": ops.lib.ggml_add(g.ctx, ht, ops.channel_vector(g, bt, layout))}
+
+        graph.build(build, ops.Builder(ctx=graph.ctx, snake_kernel=True, exact_kernels=exact))
+        assert graph.builder.lowerings["add_bias"] == ("custom-exact" if exact else "custom")
+        out = graph.run()
+    finally:
+        graph.free()
+        backend.free()
+    differ = int((out["ours"].view(np.uint32) != out["ggml"].view(np.uint32)).sum())
+    print(f"{layout}, {'exact' if exact else 'default'} build: {differ} of {h.size} values differ from ggml_add (bound 0)")
+    assert differ == 0
+
+
 def test_software_f16_conversion_matches_numpy():
     """The F16 conversion of kernels built without F16C (PYGGML_CODEC_PORTABLE=1, macOS, ARM),
     pg_f16_soft, run in every build. Metric: bits against numpy's float16 cast (round to nearest
