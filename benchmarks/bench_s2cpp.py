@@ -29,6 +29,8 @@ from pyggml_codec.diagnostics import s2cpp
 
 
 def s2cpp_time(exe: Path, kind: str, model: Path, data: np.ndarray, threads: int, repeats: int) -> float:
+    # the harness reads int32 codes or float32 audio (numpy's default integers are int64)
+    data = data.astype(np.int32 if np.issubdtype(data.dtype, np.integer) else np.float32, copy=False)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "in.npy"
         np.save(src, data)
