@@ -329,9 +329,11 @@ def limits_table(rows: list[dict]) -> str:
              + (" s2.cpp s | s2.cpp / ours |" if s2 else ""),
              "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if s2 else "")]
     for r in have:
+        uncounted = r.get("flops_uncounted") or {}  # ops without a rule: the floor is too low, said so
+        missing = f", not counted: {', '.join(f'{k} x{v}' for k, v in sorted(uncounted.items()))}" if uncounted else ""
         line = (f"| {r['dtype']} | {r['precision']} | {r['threads']} | {r['task']} | {r['seconds']:g} | "
                 f"{r['flops'] / 1e9:.1f} ({r['flops_products'] / 1e9:.1f} / {r['flops_transforms'] / 1e9:.1f} / "
-                f"{r['flops_elementwise'] / 1e9:.1f}) | {r['sgemm_gflops']:.0f} | {r['floor_s']:.3f} | "
+                f"{r['flops_elementwise'] / 1e9:.1f}{missing}) | {r['sgemm_gflops']:.0f} | {r['floor_s']:.3f} | "
                 f"{r['ours_s']:.3f} | {r['ours_vs_floor']:.2f}x | {r['oracle_s']:.3f} | {r['oracle_vs_floor']:.2f}x |")
         if s2:
             line += (f" {r['s2cpp_s']:.3f} | {r['s2cpp_vs_ours']:.2f}x |" if "s2cpp_s" in r else " | |")

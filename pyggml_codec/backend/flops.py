@@ -36,6 +36,9 @@ ELEMENTWISE_STEPS = {  # ggml op -> operations per output element
 }
 KERNEL_STEPS = {"snake": 5, "bias_snake": 6, "add_bias_residual": 2}
 MOVE_KERNELS = frozenset({"im2col"})
+PRODUCT_KERNELS = frozenset({"mul_mat_blas", "mul_mat_rowdot", "mul_mat_f16dot"})  # ggml_mul_mat's shapes
+COUNTED_KERNELS = (KERNEL_STEPS.keys() | MOVE_KERNELS | PRODUCT_KERNELS
+                   | {"col2im", "conv_taps", "conv_wino", "conv_wino_input", "window_attention"})
 CATEGORIES = ("products", "transforms", "elementwise")
 
 
@@ -168,7 +171,7 @@ def _count_custom(node, op: str, out: FlopCount) -> None:
         out.add(label, "elementwise", KERNEL_STEPS[kernel] * _elements(node))
     elif kernel == "col2im":
         out.add(label, "elementwise", _elements(_src(node, 0)))
-    elif kernel in ("mul_mat_blas", "mul_mat_rowdot"):
+    elif kernel in PRODUCT_KERNELS:
         out.add(label, "products", *_product(_src(node, 0), _src(node, 1)))
     elif kernel == "conv_taps":  # w ne [Cin, Cout, K], out ne [L, Cout]
         cin, cout, k = _ne(_src(node, 0))[:3]

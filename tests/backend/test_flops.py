@@ -83,6 +83,22 @@ def test_blas_product_and_per_tap_conv(ctx):
     assert count.products == 2 * 32 * 40 * 24 + 2 * 16 * 20 * 3 * 50
 
 
+def test_every_compiled_kernel_has_a_rule():
+    """A new kernel without a rule would drop out of the count (and the floor) unnoticed."""
+    assert set(kernels.SYMBOLS) <= flops.COUNTED_KERNELS, set(kernels.SYMBOLS) - flops.COUNTED_KERNELS
+
+
+@needs_kernels
+def test_exact_product_is_counted(ctx):
+    if not kernels.F16DOT:
+        pytest.skip(f"ggml's products in blocks unavailable: {kernels.F16DOT_UNAVAILABLE_REASON}")
+    keep: list = []
+    a = binding.new_tensor(ctx, binding.TYPE_F16, (64, 12))
+    b = binding.new_tensor(ctx, F32, (64, 9))
+    count = flops.count_graph(_graph(ctx, kernels.mul_mat_f16dot(ctx, a, b, keep)))
+    assert count.by_op["CUSTOM:mul_mat_f16dot"] == count.products == 2 * 64 * 12 * 9 and count.uncounted == {}
+
+
 @needs_kernels
 @pytest.mark.parametrize("length,dilation", [(40, 1), (37, 3), (2000, 1)])
 def test_winograd_conv_products_and_transforms(ctx, length, dilation):

@@ -138,3 +138,5 @@ def test_rows_get_their_floor_at_their_thread_count():
     table = bench_codec.limits_table(rows)
     assert "| 200.0 (190.0 / 8.0 / 2.0) | 100 | 2.000 | 3.000 | 1.50x | 6.000 | 3.00x | 9.000 | 3.00x |" in table
     assert table.count("\n") == 2  # header, rule, one row
+    rows[0]["flops_uncounted"] = {"CUSTOM:new_kernel": 3}  # an op without a rule: the floor says so
+    assert "(190.0 / 8.0 / 2.0, not counted: CUSTOM:new_kernel x3) |" in bench_codec.limits_table(rows)
