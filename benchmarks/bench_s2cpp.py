@@ -28,7 +28,10 @@ from pyggml_codec.backend import buildinfo
 from pyggml_codec.diagnostics import s2cpp
 
 
-def s2cpp_time(exe: Path, kind: str, model: Path, data: np.ndarray, threads: int, repeats: int) -> float:
+def s2cpp_time(exe: Path, kind: str, model: Path, data: np.ndarray, threads: int, repeats: int,
+               statistic=min) -> float:
+    """s2.cpp's warm time of ``kind`` on ``data``: ``statistic`` (min: best; bench_codec takes the
+    median, as it does of its own runs) of ``repeats`` runs in one harness process."""
     # the harness reads int32 codes or float32 audio (numpy's default integers are int64)
     data = data.astype(np.int32 if np.issubdtype(data.dtype, np.integer) else np.float32, copy=False)
     with tempfile.TemporaryDirectory() as tmp:
@@ -36,7 +39,7 @@ def s2cpp_time(exe: Path, kind: str, model: Path, data: np.ndarray, threads: int
         np.save(src, data)
         out = subprocess.run([str(exe), "time", kind, str(model), str(src), str(threads), str(repeats)],
                              capture_output=True, text=True, check=True).stdout
-    return min(json.loads(out.strip().splitlines()[-1])["wall_s"])
+    return float(statistic(json.loads(out.strip().splitlines()[-1])["wall_s"]))
 
 
 def ours_time(codec, kind: str, data: np.ndarray, repeats: int) -> float:
