@@ -17,6 +17,7 @@ lists them slowest first, so a ggml tensor with ``ne = [T, C]`` is a numpy array
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 from typing import Any
@@ -144,13 +145,18 @@ def vec_dot(x: np.ndarray, y: np.ndarray) -> float:
     types = {np.dtype(np.float16): TYPE_F16, np.dtype(np.float32): TYPE_F32}
     if x.shape != y.shape or x.ndim != 1 or x.dtype != y.dtype or x.dtype not in types:
         raise ValueError(f"vec_dot of {x.dtype} {x.shape} and {y.dtype} {y.shape}: two float16 or float32 vectors")
-    lib.ggml_cpu_init()  # the leftover loop reads ggml's F16 table, filled here
-    address = ctypes.cast(lib.ggml_get_type_traits_cpu(types[x.dtype]).contents.vec_dot, ctypes.c_void_p).value
-    fn = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t, ctypes.c_void_p,
-                          ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)(address)
     out = ctypes.c_float(0.0)
-    fn(x.size, ctypes.byref(out), 0, x.ctypes.data, 0, y.ctypes.data, 0, 1)
+    _vec_dot_function(types[x.dtype])(x.size, ctypes.byref(out), 0, x.ctypes.data, 0, y.ctypes.data, 0, 1)
     return out.value
+
+
+@functools.cache
+def _vec_dot_function(ggml_type: int):
+    """ggml's CPU vec_dot of ``ggml_type`` as a ctypes function (looked up once per type)."""
+    lib.ggml_cpu_init()  # the leftover loop reads ggml's F16 table, filled here
+    address = ctypes.cast(lib.ggml_get_type_traits_cpu(ggml_type).contents.vec_dot, ctypes.c_void_p).value
+    return ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t, ctypes.c_void_p,
+                            ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)(address)
 
 
 def compiled_backends() -> set[str]:

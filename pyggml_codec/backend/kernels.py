@@ -111,8 +111,8 @@ def _f16dot_check() -> tuple[int, int, str | None]:
     if differ:
         return 0, 0, (f"its F16 product ({lanes} lanes) does not sum as this ggml build's vec_dot "
                       f"(K = {k}: {differ} outputs differ)")
-    modes = [mode for mode in (3, 2, 1) if _f16dot_probe(klib, ffi, mode, lanes) == (0, 0)]
-    return lanes, modes[0] if modes else 0, None
+    tail = next((mode for mode in (3, 2, 1) if _f16dot_probe(klib, ffi, mode, lanes) == (0, 0)), 0)
+    return lanes, tail, None
 
 
 def _f16dot_probe(klib, ffi, mode: int, lanes: int) -> tuple[int, int]:
