@@ -244,16 +244,23 @@ BLAS_MIN_SIDE = 16  # a product with fewer rows or columns (a streamed transform
 # once (measured on a 1-token stream chunk: [3072 x 1024] . [1024] 22 ms in OpenBLAS, 11 in ggml)
 
 
+def _rows_contiguous(t) -> bool:
+    """An F32 or F16 tensor whose rows' elements are adjacent, its rows a whole number of elements apart."""
+    size = 2 if int(t.contents.type) == 1 else 4
+    return int(t.contents.nb[0]) == size and int(t.contents.nb[1]) % size == 0
+
+
+def _broadcasts(a, b) -> bool:
+    """ggml_mul_mat's broadcast of ``a`` over ``b``'s batches."""
+    return int(b.contents.ne[2]) % int(a.contents.ne[2]) == 0 and int(b.contents.ne[3]) % int(a.contents.ne[3]) == 0
+
+
 def mul_mat_blas_supported(a, b) -> bool:
     """Both F32 with contiguous rows, ggml's broadcast of ``a`` over ``b``'s batches, and both
     sides of the product at least ``BLAS_MIN_SIDE``."""
     if BLAS is None or min(int(a.contents.ne[1]), int(b.contents.ne[1])) < BLAS_MIN_SIDE:
         return False
-    for t in (a, b):
-        if int(t.contents.type) != 0 or int(t.contents.nb[0]) != 4 or int(t.contents.nb[1]) % 4:
-            return False
-    return (int(b.contents.ne[2]) % int(a.contents.ne[2]) == 0
-            and int(b.contents.ne[3]) % int(a.contents.ne[3]) == 0)
+    return all(int(t.contents.type) == 0 and _rows_contiguous(t) for t in (a, b)) and _broadcasts(a, b)
 
 
 def mul_mat_blas(ctx, a, b):
@@ -329,19 +336,11 @@ def mul_mat_rowdot_supported(a, b) -> bool:
     ta = int(a.contents.type)
     if not ROWDOT or int(b.contents.type) != 0 or ta not in (0, 1, ROWDOT_Q8_0):
         return False
-    if ta == ROWDOT_Q8_0:
-        k = int(a.contents.ne[0])
-        if k % 32 or int(a.contents.nb[1]) != k // 32 * 34 or int(b.contents.nb[0]) != 4 or int(b.contents.nb[1]) % 4:
-            return False
-    else:
-        for t in (a, b):
-            size = 2 if int(t.contents.type) == 1 else 4
-            if int(t.contents.nb[0]) != size or int(t.contents.nb[1]) % size:
-                return False
-    if ta != 1 and int(b.contents.ne[1]) > rowdot_max_columns(0):
+    k = int(a.contents.ne[0])
+    a_rows = not k % 32 and int(a.contents.nb[1]) == k // 32 * 34 if ta == ROWDOT_Q8_0 else _rows_contiguous(a)
+    if not (a_rows and _rows_contiguous(b)) or (ta != 1 and int(b.contents.ne[1]) > rowdot_max_columns(0)):
         return False
-    return (int(b.contents.ne[2]) % int(a.contents.ne[2]) == 0
-            and int(b.contents.ne[3]) % int(a.contents.ne[3]) == 0)
+    return _broadcasts(a, b)
 
 
 def rowdot_max_columns(a_type: int) -> int:
@@ -375,12 +374,7 @@ def mul_mat_f16dot_supported(a, b) -> bool:
     ta, tb = int(a.contents.type), int(b.contents.type)
     if not F16DOT or (ta, tb) not in ((1, 1), (1, 0), (0, 0)) or (ta == 0 and not F16DOT_F32_TAIL):
         return False
-    for t in (a, b):
-        size = 2 if int(t.contents.type) == 1 else 4
-        if int(t.contents.nb[0]) != size or int(t.contents.nb[1]) % size:
-            return False
-    return (int(b.contents.ne[2]) % int(a.contents.ne[2]) == 0
-            and int(b.contents.ne[3]) % int(a.contents.ne[3]) == 0)
+    return _rows_contiguous(a) and _rows_contiguous(b) and _broadcasts(a, b)
 
 
 def mul_mat_f16dot(ctx, a, b, keep: list):

@@ -187,20 +187,22 @@ def mul_mat(g: Builder, a: Tensor, b: Tensor) -> Tensor:
     if binding.tensor_type(a) == F32 and binding.tensor_type(b) == F16:
         raise ValueError("mul_mat with F32 src0 and F16 src1 is not supported by ggml")
     kind = None
+    rowdot = g.matmul == "blas" and kernels.mul_mat_rowdot_supported(a, b)
     if binding.tensor_type(a) in binding.QUANT_TYPES:
         kind = binding.QUANT_TYPES[binding.tensor_type(a)]
-        if g.quantized == "dequantize" and g.matmul == "blas" and kernels.mul_mat_rowdot_supported(a, b):
-            # Q8_0 rows dequantized in the row products' registers: the values of the F32 copy below,
-            # the same sums, without writing and reading that copy (a streamed chunk's whole cost)
-            g.lowerings["quantized"] = f"{kind}-dequantized"
-            g.lowerings["matmul"] = "rowdot"
-            return kernels.mul_mat_rowdot(g.ctx, a, b, g.keep)
-        if g.quantized == "dequantize":  # a transient F32 copy: F32 activations, the BLAS on the CPU
-            a, kind = lib.ggml_cast(g.ctx, a, F32), f"{kind}-dequantized"
+        if g.quantized != "dequantize":
+            rowdot = False  # "native": ggml's quantized kernel, below
+        else:
+            kind = f"{kind}-dequantized"
+            # Q8_0 rows are dequantized in the row products' registers: the values of an F32 copy, the
+            # same sums, without writing and reading that copy (a streamed chunk's whole cost). Else a
+            # transient F32 copy: F32 activations, the BLAS on the CPU.
+            if not rowdot:
+                a = lib.ggml_cast(g.ctx, a, F32)
+                rowdot = g.matmul == "blas" and kernels.mul_mat_rowdot_supported(a, b)
     if kind is not None:
         g.lowerings["quantized"] = kind
-    if (g.matmul == "blas" and binding.tensor_type(a) not in binding.QUANT_TYPES
-            and kernels.mul_mat_rowdot_supported(a, b)):  # ("native": ggml's quantized kernel, below)
+    if rowdot:
         g.lowerings["matmul"] = "rowdot"  # Choices keeps every choice that ran
         return kernels.mul_mat_rowdot(g.ctx, a, b, g.keep)
     if not g.f16_convs and binding.tensor_type(a) == F16 and binding.tensor_type(b) == F32:
