@@ -19,8 +19,8 @@
  * Each accumulator is its own chain, so the block runs the four one after another (one pass
  * per j over the whole vectors: R C accumulators in registers instead of 4 R C).
  * This file is compiled in the exact build only: no -ffast-math, no FMA contraction (the C
- * arithmetic here must be the one written). kernels.py uses it only where ggml's build sums
- * the same way (its ISA key: avx512 with 16 lanes, avx2 with 8). */
+ * arithmetic here must be the one written). kernels.py uses it only where its products of random
+ * rows equal those of this ggml build's own vec_dot, bit for bit (pg_f16dot_product, at import). */
 #include "pg_kernels.h"
 
 #if defined(__AVX512F__) && defined(__F16C__) && !defined(__AVX512FP16__)
@@ -132,9 +132,10 @@ static inline float gd_reduce(const float * x0p, const float * x1p, const float 
 }
 
 /* The r x c outputs of a block of F16 rows from their accumulators and leftovers, as
- * gd_finish_f16 computes each (the same double sums in the same order), with the leftovers' chains
- * of the block's columns side by side in the lanes of one vector of doubles per row (the chains are
- * independent; one after another, each waited on its adds' latency). out[i * GD_C + q]. */
+ * ggml_vec_dot_f16 ends: the reduction widened to double, then each leftover product (float, exact
+ * for F16 values) added in double, in order. The leftovers' chains of the block's columns run side
+ * by side in the lanes of one vector of doubles per row (the chains are independent; one after
+ * another, each waited on its adds' latency). out[i * GD_C + q]. */
 static void gd_finish_block_f16(int r, int c, const float * xs, const uint16_t * const * a,
                                 const uint16_t * const * b, int64_t np, int64_t n, float * out) {
     const int64_t js = GD_R * GD_C * GD_V, left = n - np;

@@ -80,14 +80,24 @@ static inline int64_t pg_rd_row_bytes(int kind, int64_t lda) {
     return kind == PG_RD_Q8_0 ? lda / 32 * PG_Q8_0_BLOCK : lda * (kind == PG_RD_F16 ? 2 : 4);
 }
 
+#if defined(__F16C__)
+/* The scale d of the Q8_0 block holding value k of row a, and that block's quants */
+static inline float pg_q8_0_scale(const void * a, int64_t k, const int8_t ** q) {
+    const uint8_t * blk = (const uint8_t *)a + k / 32 * PG_Q8_0_BLOCK;
+    uint16_t d;
+    memcpy(&d, blk, 2);
+    *q = (const int8_t *)(blk + 2);
+    return _cvtsh_ss(d);
+}
+#endif
+
 /* value k of a row of kind (F16 and Q8_0 need F16C: kernels.py takes neither without it) */
 static inline float pg_rd_value(const void * a, int kind, int64_t k) {
 #if defined(__F16C__)
     if (kind == PG_RD_Q8_0) {
-        const uint8_t * blk = (const uint8_t *)a + k / 32 * PG_Q8_0_BLOCK;
-        uint16_t d;
-        memcpy(&d, blk, 2);
-        return (float)(int8_t)blk[2 + k % 32] * _cvtsh_ss(d);
+        const int8_t * q;
+        const float d = pg_q8_0_scale(a, k, &q);
+        return (float)q[k % 32] * d;
     }
     if (kind == PG_RD_F16) return _cvtsh_ss(((const uint16_t *)a)[k]);
 #endif
@@ -98,10 +108,9 @@ static inline float pg_rd_value(const void * a, int kind, int64_t k) {
 /* Lane l of the vector at k of row a of kind h (k a multiple of the lanes, so within one Q8_0 block). */
 static inline __attribute__((always_inline)) pg_vf load_a(const void * a, int h, int64_t k) {
     if (h == PG_RD_Q8_0) {
-        const uint8_t * blk = (const uint8_t *)a + k / 32 * PG_Q8_0_BLOCK;
-        uint16_t d;
-        memcpy(&d, blk, 2);
-        return VMUL(VLOADQ(blk + 2 + k % 32), VSET1(_cvtsh_ss(d)));
+        const int8_t * q;
+        const float d = pg_q8_0_scale(a, k, &q);
+        return VMUL(VLOADQ(q + k % 32), VSET1(d));
     }
     return h ? VLOADH((const uint16_t *)a + k) : VLOAD((const float *)a + k);
 }
