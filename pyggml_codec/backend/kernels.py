@@ -181,8 +181,9 @@ def add_bias_residual(ctx, h, bias, x, exact: bool = False):
 
 
 def add_bias(ctx, h, bias, exact: bool = False):
-    """h + bias (ggml_add's values); contiguous F32 h, bias broadcast as above: ggml's CPU add runs a
-    scalar loop with a modulo per element for a bias of one value per row (a channels-first conv's)."""
+    """h + bias (ggml_add's values), contiguous out; F32 h contiguous or 2-D with contiguous rows
+    (read in place), bias broadcast as above: ggml's CPU add runs a scalar loop with a modulo per
+    element for a bias of one value per row (a channels-first conv's)."""
     return _custom(ctx, 0, h, [h, bias], "add_bias_residual", exact)
 
 

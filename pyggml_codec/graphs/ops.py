@@ -252,7 +252,7 @@ def add_bias(g: Builder, x: Tensor, b: Tensor | None, layout: str) -> Tensor:
     sx, sb = tuple(shape(x)), tuple(shape(bv))
     per_row = sb == (1, sx[1], 1, 1) and sx[1] > 1 and sx[2:] == (1, 1)  # CF: one value per row
     per_column = sb == (sx[0], 1, 1, 1) and sx[0] > 1  # CL: one per column of each row
-    if (per_row or per_column) and _kernel_ready(g, x, bv):
+    if (per_row or per_column) and _kernel_ready(g, bv) and _kernel_ready_rows(g, x):
         g.lowerings["add_bias"] = "custom-exact" if g.exact_kernels else "custom"
         return kernels.add_bias(g.ctx, x, bv, g.exact_kernels)
     return add(g, x, bv)
@@ -276,6 +276,16 @@ def snake(g: Builder, x: Tensor, alpha: Tensor, layout: str) -> Tensor:
 def _kernel_ready(g: Builder, *tensors: Tensor) -> bool:
     usable = g.snake_kernel and (kernels.EXACT_AVAILABLE or not g.exact_kernels)
     return usable and all(binding.tensor_type(t) == F32 and lib.ggml_is_contiguous(t) for t in tensors)
+
+
+def _kernel_ready_rows(g: Builder, x: Tensor) -> bool:
+    """``_kernel_ready`` for a contiguous ``x``, or a 2-D one whose rows are contiguous (a view of
+    some columns of each row, read in place by the kernels that take a row stride)."""
+    if lib.ggml_is_contiguous(x):
+        return _kernel_ready(g, x)
+    n = x.contents
+    return (_kernel_ready(g) and binding.tensor_type(x) == F32 and n.nb[0] == 4 and n.nb[1] % 4 == 0
+            and int(n.ne[2]) == 1 and int(n.ne[3]) == 1)
 
 
 def bias_snake(g: Builder, x: Tensor, b: Tensor, alpha: Tensor, layout: str, out_type: int = F32) -> Tensor:

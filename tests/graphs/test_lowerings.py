@@ -293,7 +293,18 @@ def test_bias_kernel_is_ggml_add_bit_for_bit(layout, exact):
             ours = ops.add_bias(g, ht, bt, layout)
             one = g.input("one", np.ones(1, np.float32))  # one channel: nothing to gain, ggml's add
             assert ops.add_bias(g, g.input("h1", np.zeros((1, 5), np.float32)), one, layout) is not None
-            return {"ours": ours, "ggml": ops.lib.ggml_add(g.ctx, ht, ops.channel_vector(g, bt, layout))}
+            # the first columns of each row, a strided view (a conv-transpose's first samples): read in place
+            n0 = int(ht.contents.ne[0]) - 7
+            head = ops.lib.ggml_view_2d(g.ctx, ht, n0, int(ht.contents.ne[1]), ht.contents.nb[1], 0)
+            assert not ops.lib.ggml_is_contiguous(head)
+            view = ops.add_bias(g, head, bt, layout) if layout == "CF" else None
+            custom_ops = {ops.lib.ggml_op_name(t.contents.op) for t in ([ours, view] if view is not None else [ours])}
+            assert custom_ops == {b"CUSTOM"}, custom_ops
+            out = {"ours": ours, "ggml": ops.lib.ggml_add(g.ctx, ht, ops.channel_vector(g, bt, layout))}
+            if view is not None:
+                out["view"] = view
+                out["view_ggml"] = ops.lib.ggml_add(g.ctx, head, ops.channel_vector(g, bt, layout))
+            return out
 
         graph.build(build, ops.Builder(ctx=graph.ctx, snake_kernel=True, exact_kernels=exact))
         assert graph.builder.lowerings["add_bias"] == ("custom-exact" if exact else "custom")
@@ -304,6 +315,12 @@ def test_bias_kernel_is_ggml_add_bit_for_bit(layout, exact):
     differ = int((out["ours"].view(np.uint32) != out["ggml"].view(np.uint32)).sum())
     print(f"{layout}, {'exact' if exact else 'default'} build: {differ} of {h.size} values differ from ggml_add (bound 0)")
     assert differ == 0
+    if layout == "CF":
+        got, want = out["view"], out["view_ggml"]
+        assert got.shape == want.shape == (24, 1003 - 7)
+        differ = int((got.view(np.uint32) != want.view(np.uint32)).sum())
+        print(f"strided view of {want.size} values: {differ} differ from ggml_add (bound 0)")
+        assert differ == 0
 
 
 def test_software_f16_conversion_matches_numpy():

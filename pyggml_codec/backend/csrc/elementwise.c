@@ -204,28 +204,32 @@ void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
 /* dst = (h + b) + x: a conv's bias and the residual add after it in one pass, the values of
    ggml_add(x, ggml_add(h, b)) in the exact build (the default build may reassociate them); without
    x (two sources), dst = h + b, ggml_add(h, b)'s values in either build (one add each).
-   src0 h, src2 x: contiguous F32 [n0, rows]; src1 bias: F32 [n0, 1] or [1, rows]. */
+   src0 h, src2 x: F32 [n0, rows], x contiguous, h contiguous or (without x, 2-D) rows of n0
+   contiguous values nb1 bytes apart (a view of a conv-transpose's first samples: read in place);
+   src1 bias: F32 [n0, 1] or [1, rows]; dst contiguous. */
 void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
     (void) userdata;
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * h = dst->src[0], * bias = dst->src[1], * x = dst->src[2];
     const int64_t n0 = h->ne[0], rows = h->ne[1] * h->ne[2] * h->ne[3], total = n0 * rows;
+    const int64_t ldh = x ? n0 : (int64_t)(h->nb[1] / sizeof(float));
     int64_t i0, i1;
     pg_share(total, ith, nth, &i0, &i1);
     const float * hs = h->data, * bs = bias->data, * xs = x ? x->data : NULL;
     float * ys = dst->data;
     const int per_row = bias->ne[0] == 1;
     PG_RUNS(i0, i1, n0, {
+        const float * hr = hs + r * ldh + c;
         if (!xs && per_row) {  /* ggml's add takes a scalar loop for this broadcast: 8x slower */
             const float b = bs[r];
-            for (int64_t k = 0; k < len; k++) ys[i + k] = hs[i + k] + b;
+            for (int64_t k = 0; k < len; k++) ys[i + k] = hr[k] + b;
         } else if (!xs) {
-            for (int64_t k = 0; k < len; k++) ys[i + k] = hs[i + k] + bs[c + k];
+            for (int64_t k = 0; k < len; k++) ys[i + k] = hr[k] + bs[c + k];
         } else if (per_row) {
             const float b = bs[r];
-            for (int64_t k = 0; k < len; k++) ys[i + k] = (hs[i + k] + b) + xs[i + k];
+            for (int64_t k = 0; k < len; k++) ys[i + k] = (hr[k] + b) + xs[i + k];
         } else {
-            for (int64_t k = 0; k < len; k++) ys[i + k] = (hs[i + k] + bs[c + k]) + xs[i + k];
+            for (int64_t k = 0; k < len; k++) ys[i + k] = (hr[k] + bs[c + k]) + xs[i + k];
         }
     })
 }
