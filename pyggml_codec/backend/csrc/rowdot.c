@@ -127,6 +127,26 @@ static inline __attribute__((always_inline)) void rd_block(const int r, const in
     pg_vf acc[PG_RD_R][PG_RD_C];
     for (int i = 0; i < r; i++)
         for (int j = 0; j < c; j++) acc[i][j] = VZERO();
+    if (h == PG_RD_Q8_0) {  /* by whole blocks (kv = K, a multiple of 32): each row's scale read once per block */
+        for (int64_t k = 0; k < kv; k += 32) {
+            const int8_t * q[PG_RD_R];
+            float d[PG_RD_R];
+            for (int i = 0; i < r; i++) d[i] = pg_q8_0_scale(a[i], k, &q[i]);
+            for (int s = 0; s < 32; s += PG_RD_V) {
+                pg_vf bv[PG_RD_C];
+                for (int j = 0; j < c; j++) bv[j] = VLOAD(b[j] + k + s);
+                if (pf) {
+                    const char * p = pf + (k + s) / PG_RD_V * pf_step;
+                    for (int64_t o = 0; o < pf_step; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+                }
+                for (int i = 0; i < r; i++) {
+                    const pg_vf av = VMUL(VLOADQ(q[i] + s), VSET1(d[i]));
+                    for (int j = 0; j < c; j++) acc[i][j] = VFMA(av, bv[j], acc[i][j]);
+                }
+            }
+        }
+        kv = 0;  /* no tail either: K is whole blocks */
+    }
     for (int64_t k = 0; k < kv; k += PG_RD_V) {
         pg_vf bv[PG_RD_C];
         for (int j = 0; j < c; j++) bv[j] = VLOAD(b[j] + k);
