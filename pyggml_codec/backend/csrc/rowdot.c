@@ -91,6 +91,19 @@ static inline float pg_q8_0_scale(const void * a, int64_t k, const int8_t ** q) 
 }
 #endif
 
+/* n values (whole blocks) of a Q8_0 row as F32: q d, exact, each block's scale read once */
+static void pg_q8_0_to_f32(const void * a, float * restrict f, int64_t n) {
+#if defined(__F16C__)
+    for (int64_t k = 0; k < n; k += 32) {
+        const int8_t * q;
+        const float d = pg_q8_0_scale(a, k, &q);
+        for (int e = 0; e < 32; e++) f[k + e] = (float)q[e] * d;
+    }
+#else
+    (void) a; (void) f; (void) n;  /* not built: kernels.py refuses Q8_0 weights without F16C */
+#endif
+}
+
 /* value k of a row of kind (F16 and Q8_0 need F16C: kernels.py takes neither without it) */
 static inline float pg_rd_value(const void * a, int kind, int64_t k) {
 #if defined(__F16C__)
@@ -282,7 +295,7 @@ void pg_mul_mat_rowdot(void * dst_, int ith, int nth, void * userdata) {
                     w = up, ldw = k;
                 } else if (kind == PG_RD_Q8_0) {
                     for (int64_t r = j0; r < j1; r++)
-                        for (int64_t e = 0; e < k; e++) up[(r - j0) * k + e] = pg_rd_value(ap + r * row, kind, e);
+                        pg_q8_0_to_f32(ap + r * row, up + (r - j0) * k, k);
                     w = up, ldw = k;
                 }
                 pg_sgemm(p + 2, 1, n, j1 - j0, k, bp, ldb, w, ldw, 0.0f, cp + j0, m);
