@@ -124,7 +124,14 @@ def push_weight_bytes(codec, codes) -> int:
 
 
 def add_targets(rows: list[dict], weight_bytes: int, bandwidth_gbs: float) -> None:
-    """The chunk-1 rows' targets (ms per frame) and whether they are met, in place."""
+    """The chunk-1 rows' targets (ms per frame) and whether they are met, in place.
+
+    A target is judged on the stream's time paired with the one-shot runs around each of its
+    runs: ``ms_per_frame_paired`` is the median of those ratios (``vs_one_shot_bracketed``)
+    times the one-shot median. On a machine whose speed drifts by more than the 5 % slack over
+    a run, two medians taken minutes apart can land either side of the target for the same
+    code; the paired ratio compares runs seconds apart. Both are reported, and
+    ``meets_target_medians`` says what the medians alone give."""
     import limits
 
     for r in rows:
@@ -135,7 +142,9 @@ def add_targets(rows: list[dict], weight_bytes: int, bandwidth_gbs: float) -> No
             target = limits.many_streams_target_s(per)
         else:
             continue
-        r.update(target_ms=1e3 * target, meets_target=bool(r["ms_per_frame"] <= 1e3 * target),
+        paired = r["vs_one_shot_bracketed"] * r["one_shot_ms_per_frame"]
+        r.update(target_ms=1e3 * target, ms_per_frame_paired=paired, meets_target=bool(paired <= 1e3 * target),
+                 meets_target_medians=bool(r["ms_per_frame"] <= 1e3 * target),
                  push_weight_bytes=weight_bytes, bandwidth_gbs=bandwidth_gbs)
 
 
@@ -193,14 +202,15 @@ def rss_streams(model_path: str, threads: int, frames: int) -> float:
 
 def targets_table(rows: list[dict]) -> str:
     """The chunk-1 rows against their targets per byte read."""
-    lines = ["| file | run | streams | ms per frame | one-shot ms per frame | weights per push MB | bandwidth GB/s "
-             "| target ms | met |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| file | run | streams | ms per frame (paired / median) | one-shot ms per frame | weights per push MB "
+             "| bandwidth GB/s | target ms | met (paired / medians) |", "|---|---|---|---|---|---|---|---|---|"]
+    yes = {True: "yes", False: "no"}
     for r in rows:
         if "target_ms" in r:
-            lines.append(f"| {r.get('file', '')} | {r['task']} | {r['streams']} | {r['ms_per_frame']:.2f} | "
-                         f"{r['one_shot_ms_per_frame']:.2f} | {r['push_weight_bytes'] / 1e6:.1f} | "
-                         f"{r['bandwidth_gbs']:.1f} | {r['target_ms']:.2f} | "
-                         f"{'yes' if r['meets_target'] else 'no'} |")
+            lines.append(f"| {r.get('file', '')} | {r['task']} | {r['streams']} | {r['ms_per_frame_paired']:.2f} / "
+                         f"{r['ms_per_frame']:.2f} | {r['one_shot_ms_per_frame']:.2f} | "
+                         f"{r['push_weight_bytes'] / 1e6:.1f} | {r['bandwidth_gbs']:.1f} | {r['target_ms']:.2f} | "
+                         f"{yes[r['meets_target']]} / {yes[r['meets_target_medians']]} |")
     return "\n".join(lines)
 
 
