@@ -157,8 +157,11 @@ def test_custom_kernels_match_ggml_ops(tiny_model):
                 assert report(f"s2cpp {label} vs oracle", got, want)[0] <= 2e-3
 
 
-@pytest.mark.parametrize("stride,dilation,pad,length", [(1, 1, 6, 50), (1, 9, 54, 300), (4, 1, 4, 97), (2, 1, 0, 64)])
+@pytest.mark.parametrize("stride,dilation,pad,length", [(1, 1, 6, 50), (1, 9, 54, 300), (1, 3, 18, 1003), (4, 1, 4, 97),
+                                                     (2, 1, 0, 64)])
 def test_f16_im2col_kernel_bit_identical(stride, dilation, pad, length):
+    """The compiled F16 im2col against ggml's, bit for bit: stride-1 convs go 8 columns at a time
+    (blocks of 64 columns per thread, edges and the last channel one column at a time)."""
     if not kernels.AVAILABLE:
         pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
     from pyggml_codec.graphs import convs, ops

@@ -94,6 +94,28 @@ static inline void pg_store_f16(uint16_t * restrict o, const float * restrict v,
     for (; k < n; k++) o[k] = pg_to_f16(v[k]);
 }
 
+#if defined(__F16C__) && defined(__AVX2__)
+/* Columns t..t+7 of a stride-1 im2col as F16: o[j row + k] = x[j + k d] for j < 8, k < K <= 8
+   (slots k >= K of each column get don't-care values: the next channels' first slots, written after) */
+static inline void pg_im2col_f16_8(const float * x, int64_t d, int64_t K, uint16_t * o, int64_t row) {
+    __m128i h[8];
+    for (int64_t k = 0; k < 8; k++)
+        h[k] = k < K ? _mm256_cvtps_ph(_mm256_loadu_ps(x + k * d), _MM_FROUND_TO_NEAREST_INT) : _mm_setzero_si128();
+    const __m128i a0 = _mm_unpacklo_epi16(h[0], h[1]), a1 = _mm_unpackhi_epi16(h[0], h[1]);
+    const __m128i a2 = _mm_unpacklo_epi16(h[2], h[3]), a3 = _mm_unpackhi_epi16(h[2], h[3]);
+    const __m128i a4 = _mm_unpacklo_epi16(h[4], h[5]), a5 = _mm_unpackhi_epi16(h[4], h[5]);
+    const __m128i a6 = _mm_unpacklo_epi16(h[6], h[7]), a7 = _mm_unpackhi_epi16(h[6], h[7]);
+    const __m128i b0 = _mm_unpacklo_epi32(a0, a2), b1 = _mm_unpackhi_epi32(a0, a2);
+    const __m128i b2 = _mm_unpacklo_epi32(a1, a3), b3 = _mm_unpackhi_epi32(a1, a3);
+    const __m128i b4 = _mm_unpacklo_epi32(a4, a6), b5 = _mm_unpackhi_epi32(a4, a6);
+    const __m128i b6 = _mm_unpacklo_epi32(a5, a7), b7 = _mm_unpackhi_epi32(a5, a7);
+    const __m128i r[8] = {_mm_unpacklo_epi64(b0, b4), _mm_unpackhi_epi64(b0, b4), _mm_unpacklo_epi64(b1, b5),
+                          _mm_unpackhi_epi64(b1, b5), _mm_unpacklo_epi64(b2, b6), _mm_unpackhi_epi64(b2, b6),
+                          _mm_unpacklo_epi64(b3, b7), _mm_unpackhi_epi64(b3, b7)};
+    for (int j = 0; j < 8; j++) _mm_storeu_si128((__m128i *) (o + j * row), r[j]);
+}
+#endif
+
 void pg_im2col(void * dst_, int ith, int nth, void * userdata) {
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * x = dst->src[0];
@@ -114,6 +136,17 @@ void pg_im2col(void * dst_, int ith, int nth, void * userdata) {
             for (int64_t t = t0; t < t1; t++) {
                 const int64_t base = t * s - p;
                 const int interior = base >= P && base + (K - 1) * d < U;
+#if defined(__F16C__) && defined(__AVX2__)
+                /* stride 1, 8 columns at once: tap k of columns t..t+7 is 8 consecutive inputs, one
+                   load and conversion; an 8 x 8 transpose gives each column its K taps (written 8
+                   wide as below). The dilated convs' columns went one value at a time. */
+                if (f16 && s == 1 && K <= 8 && ic * K + 8 <= row && t + 8 <= t1 && base >= P
+                    && base + 7 + (K - 1) * d < U) {
+                    pg_im2col_f16_8(src + base, d, K, (uint16_t *) dst->data + t * row + ic * K, row);
+                    t += 7;
+                    continue;
+                }
+#endif
                 if (f16) {
                     uint16_t * o = (uint16_t *) dst->data + t * row + ic * K;
 #if defined(__F16C__) && defined(__AVX2__)
