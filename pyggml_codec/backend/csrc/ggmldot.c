@@ -134,29 +134,28 @@ static inline float gd_reduce(const float * x0p, const float * x1p, const float 
 /* The r x c outputs of a block of F16 rows from their accumulators and leftovers, as
  * ggml_vec_dot_f16 ends: the reduction widened to double, then each leftover product (float, exact
  * for F16 values) added in double, in order. The leftovers' chains of the block's columns run side
- * by side in the lanes of one vector of doubles per row (the chains are independent; one after
- * another, each waited on its adds' latency). out[i * GD_C + q]. */
-static void gd_finish_block_f16(int r, int c, const float * xs, const uint16_t * const * a,
-                                const uint16_t * const * b, int64_t np, int64_t n, float * out) {
-    const int64_t js = GD_R * GD_C * GD_V, left = n - np;
+ * by side in the lanes of one vector of doubles per row, the rows' vectors interleaved (the chains
+ * are independent: one after another, each waited on its adds' latency). The leftovers come
+ * converted to float, shared by many blocks: at[i GD_STEP + t] value np + t of row i (GD_R rows,
+ * rows past r any), bt[t GD_DL + q] that of column q (0 past c). out[i * GD_C + q]. */
+static void gd_finish_block_f16(int r, int c, const float * xs, const float * at, const float * bt, int64_t np,
+                                int64_t left, float * out) {
+    const int64_t js = GD_R * GD_C * GD_V;
     double sums[GD_R][GD_DL];
-    for (int i = 0; i < r; i++)
+    for (int i = 0; i < GD_R; i++)
         for (int q = 0; q < GD_DL; q++) {
             const float * x = xs + (i * GD_C + q) * GD_V;
-            sums[i][q] = np && q < c ? (double)gd_reduce(x, x + js, x + 2 * js, x + 3 * js) : 0.0;
+            sums[i][q] = np && i < r && q < c ? (double)gd_reduce(x, x + js, x + 2 * js, x + 3 * js) : 0.0;
         }
     if (left > 0) {
-        float bt[GD_STEP * GD_DL];  /* leftover t of column q at bt[t GD_DL + q] (left < GD_STEP) */
-        for (int64_t t = 0; t < left; t++)
-            for (int q = 0; q < GD_DL; q++) bt[t * GD_DL + q] = q < c ? _cvtsh_ss(b[q][np + t]) : 0.0f;
-        for (int i = 0; i < r; i++) {
-            gd_vd acc = GD_DLOAD(sums[i]);
-            for (int64_t t = 0; t < left; t++) {  /* float products of F16 values are exact */
-                const gd_vh prod = GD_HMUL(GD_HSET1(_cvtsh_ss(a[i][np + t])), GD_HLOAD(bt + t * GD_DL));
-                acc = GD_DADD(acc, GD_WIDEN(prod));
-            }
-            GD_DSTORE(sums[i], acc);
+        gd_vd acc[GD_R];
+        for (int i = 0; i < GD_R; i++) acc[i] = GD_DLOAD(sums[i]);
+        for (int64_t t = 0; t < left; t++) {  /* float products of F16 values are exact */
+            const gd_vh bv = GD_HLOAD(bt + t * GD_DL);
+            for (int i = 0; i < GD_R; i++)
+                acc[i] = GD_DADD(acc[i], GD_WIDEN(GD_HMUL(GD_HSET1(at[i * GD_STEP + t]), bv)));
         }
+        for (int i = 0; i < GD_R; i++) GD_DSTORE(sums[i], acc[i]);
     }
     for (int i = 0; i < r; i++)
         for (int q = 0; q < c; q++) out[i * GD_C + q] = (float)sums[i][q];
@@ -200,12 +199,35 @@ static void gd_product(const int f32, const void * a, int64_t lda, const void * 
     const size_t esz = f32 ? 4 : 2;
     float xs[4 * GD_R * GD_C * GD_V];
     panel = panel > GD_C ? panel / GD_C * GD_C : GD_C;
+    /* F16 leftovers (k past np) as floats: the panel's columns, block by block (bt, [t][GD_DL] per
+       block of GD_C columns), converted once for all its row blocks; a row block's (at) once for
+       all the panel's column blocks */
+    const int64_t left = k - np, bt_block = left * GD_DL;
+    int slot = -1;
+    float * bt = NULL, at[GD_R * GD_STEP];
+    if (!f32 && left > 0) {
+        bt = pg_scratch_take((size_t)((panel / GD_C) * bt_block), &slot);
+        if (!bt) abort();
+    }
     for (int64_t j0 = c0; j0 < c1; j0 += panel) {
         const int64_t j1 = j0 + panel < c1 ? j0 + panel : c1;
+        if (bt)
+            for (int64_t jb = j0; jb < j1; jb += GD_C) {
+                float * bb = bt + (jb - j0) / GD_C * bt_block;
+                const int cc = (int)(j1 - jb < GD_C ? j1 - jb : GD_C);
+                for (int q = 0; q < GD_DL; q++) {
+                    const uint16_t * col = q < cc ? (const uint16_t *)b + (jb + q) * ldb + np : NULL;
+                    for (int64_t t = 0; t < left; t++) bb[t * GD_DL + q] = col ? _cvtsh_ss(col[t]) : 0.0f;
+                }
+            }
         for (int64_t ib = m0; ib < m1; ib += GD_R) {
             const int r = (int)(m1 - ib < GD_R ? m1 - ib : GD_R);
             const void * ar[GD_R];
             for (int i = 0; i < r; i++) ar[i] = (const char *)a + (size_t)((ib + i) * lda) * esz;
+            if (bt)
+                for (int i = 0; i < GD_R; i++)
+                    for (int64_t t = 0; t < left; t++)
+                        at[i * GD_STEP + t] = _cvtsh_ss(((const uint16_t *)ar[i < r ? i : 0])[np + t]);
             for (int64_t jb = j0; jb < j1; jb += GD_C) {
                 const int cc = (int)(j1 - jb < GD_C ? j1 - jb : GD_C);
                 const void * br[GD_C];
@@ -213,8 +235,7 @@ static void gd_product(const int f32, const void * a, int64_t lda, const void * 
                 if (np) gd_dispatch(r, cc, f32, ar, br, np, xs);
                 if (!f32) {
                     float out[GD_R * GD_C];
-                    gd_finish_block_f16(r, cc, xs, (const uint16_t * const *)ar, (const uint16_t * const *)br, np, k,
-                                        out);
+                    gd_finish_block_f16(r, cc, xs, at, bt ? bt + (jb - j0) / GD_C * bt_block : NULL, np, left, out);
                     for (int i = 0; i < r; i++)
                         for (int q = 0; q < cc; q++) c[(jb + q) * ldc + ib + i] = out[i * GD_C + q];
                     continue;
@@ -228,6 +249,7 @@ static void gd_product(const int f32, const void * a, int64_t lda, const void * 
             }
         }
     }
+    if (bt) pg_scratch_give(bt, slot);
 }
 
 /* The probe kernels.py checks this file against ggml's own vec_dot with: contiguous a [m][k],
