@@ -37,13 +37,11 @@ typedef __m512 gd_vf;
 static inline float gd_lanes(gd_vf x) { return _mm512_reduce_add_ps(x); }
 #define GD_DL 8  /* doubles per vector: the leftovers of up to GD_C columns side by side */
 typedef __m512d gd_vd;
-typedef __m256 gd_vh;
 #define GD_DLOAD(p) _mm512_loadu_pd(p)
 #define GD_DSTORE(p, v) _mm512_storeu_pd(p, v)
-#define GD_DADD(a, b) _mm512_add_pd(a, b)
+#define GD_DFMA(a, b, c) _mm512_fmadd_pd(a, b, c)
+#define GD_DSET1(x) _mm512_set1_pd(x)
 #define GD_HLOAD(p) _mm256_loadu_ps(p)
-#define GD_HSET1(x) _mm256_set1_ps(x)
-#define GD_HMUL(a, b) _mm256_mul_ps(a, b)
 #define GD_WIDEN(v) _mm512_cvtps_pd(v)
 #define GD_BUILT 1
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(__AVX512F__)
@@ -64,13 +62,11 @@ static inline float gd_lanes(gd_vf x) {  /* GGML_F32x8_REDUCE's last steps */
 }
 #define GD_DL 4
 typedef __m256d gd_vd;
-typedef __m128 gd_vh;
 #define GD_DLOAD(p) _mm256_loadu_pd(p)
 #define GD_DSTORE(p, v) _mm256_storeu_pd(p, v)
-#define GD_DADD(a, b) _mm256_add_pd(a, b)
+#define GD_DFMA(a, b, c) _mm256_fmadd_pd(a, b, c)
+#define GD_DSET1(x) _mm256_set1_pd(x)
 #define GD_HLOAD(p) _mm_loadu_ps(p)
-#define GD_HSET1(x) _mm_set1_ps(x)
-#define GD_HMUL(a, b) _mm_mul_ps(a, b)
 #define GD_WIDEN(v) _mm256_cvtps_pd(v)
 #define GD_BUILT 1
 #else
@@ -131,34 +127,44 @@ static inline float gd_reduce(const float * x0p, const float * x1p, const float 
     return gd_lanes(x0);
 }
 
-/* The r x c outputs of a block of F16 rows from their accumulators and leftovers, as
- * ggml_vec_dot_f16 ends: the reduction widened to double, then each leftover product (float, exact
- * for F16 values) added in double, in order. The leftovers' chains of the block's columns run side
- * by side in the lanes of one vector of doubles per row, the rows' vectors interleaved (the chains
- * are independent: one after another, each waited on its adds' latency). The leftovers come
- * converted to float, shared by many blocks: at[i GD_STEP + t] value np + t of row i (GD_R rows,
- * rows past r any), bt[t GD_DL + q] that of column q (0 past c). out[i * GD_C + q]. */
-static void gd_finish_block_f16(int r, int c, const float * xs, const float * at, const float * bt, int64_t np,
-                                int64_t left, float * out) {
+/* The r x c outputs of a block of F16 rows from their accumulators, as ggml_vec_dot_f16 ends before
+ * its leftovers: the reduction widened to double. sums[i][q] (0 past r or c). */
+static void gd_reduce_block_f16(int r, int c, const float * xs, int64_t np, double sums[GD_R][GD_DL]) {
     const int64_t js = GD_R * GD_C * GD_V;
-    double sums[GD_R][GD_DL];
     for (int i = 0; i < GD_R; i++)
         for (int q = 0; q < GD_DL; q++) {
             const float * x = xs + (i * GD_C + q) * GD_V;
             sums[i][q] = np && i < r && q < c ? (double)gd_reduce(x, x + js, x + 2 * js, x + 3 * js) : 0.0;
         }
-    if (left > 0) {
-        gd_vd acc[GD_R];
-        for (int i = 0; i < GD_R; i++) acc[i] = GD_DLOAD(sums[i]);
-        for (int64_t t = 0; t < left; t++) {  /* float products of F16 values are exact */
-            const gd_vh bv = GD_HLOAD(bt + t * GD_DL);
-            for (int i = 0; i < GD_R; i++)
-                acc[i] = GD_DADD(acc[i], GD_WIDEN(GD_HMUL(GD_HSET1(at[i * GD_STEP + t]), bv)));
-        }
-        for (int i = 0; i < GD_R; i++) GD_DSTORE(sums[i], acc[i]);
+}
+
+/* Then the leftovers, each product added in double, in order, for nb (1 or 2) blocks of the same
+ * rows: the chains of a block's columns run side by side in the lanes of one vector of doubles
+ * per row, the rows' and the blocks' vectors interleaved (2 GD_R independent chains: one after
+ * another, each waited on its adds' latency). The leftovers come converted, shared by many
+ * blocks: at[i GD_STEP + t] value np + t of row i (GD_R rows, rows past r any), bt[b][t GD_DL + q]
+ * that of column q of block b (0 past its columns). */
+static void gd_leftovers_f16(int nb, double sums[2][GD_R][GD_DL], const double * at, const float * const * bt,
+                             int64_t left) {
+    gd_vd acc[2][GD_R];
+    const float * b1 = bt[nb > 1 ? 1 : 0];  /* one block: the second set of chains repeats the first */
+    for (int i = 0; i < GD_R; i++) {
+        acc[0][i] = GD_DLOAD(sums[0][i]);
+        acc[1][i] = GD_DLOAD(sums[nb > 1 ? 1 : 0][i]);
     }
-    for (int i = 0; i < r; i++)
-        for (int q = 0; q < c; q++) out[i * GD_C + q] = (float)sums[i][q];
+    /* ggml adds (double)(float)(x y). A product of two F16 values is exact in float (at most 22
+       significant bits, within float's range) and in double, so one fused multiply-add in double
+       rounds exactly as that add does: sum + x y rounded once either way */
+    for (int64_t t = 0; t < left; t++) {
+        const gd_vd v0 = GD_WIDEN(GD_HLOAD(bt[0] + t * GD_DL)), v1 = GD_WIDEN(GD_HLOAD(b1 + t * GD_DL));
+        for (int i = 0; i < GD_R; i++) {
+            const gd_vd x = GD_DSET1(at[i * GD_STEP + t]);
+            acc[0][i] = GD_DFMA(x, v0, acc[0][i]);
+            acc[1][i] = GD_DFMA(x, v1, acc[1][i]);
+        }
+    }
+    for (int b = 0; b < nb; b++)
+        for (int i = 0; i < GD_R; i++) GD_DSTORE(sums[b][i], acc[b][i]);
 }
 
 /* ggml_vec_dot_f32's end: the reduction in float, then the L leftovers, `sumf += x[i]*y[i]`, as
@@ -204,7 +210,8 @@ static void gd_product(const int f32, const void * a, int64_t lda, const void * 
        all the panel's column blocks */
     const int64_t left = k - np, bt_block = left * GD_DL;
     int slot = -1;
-    float * bt = NULL, at[GD_R * GD_STEP];
+    float * bt = NULL;
+    double at[GD_R * GD_STEP];
     if (!f32 && left > 0) {
         bt = pg_scratch_take((size_t)((panel / GD_C) * bt_block), &slot);
         if (!bt) abort();
@@ -227,17 +234,28 @@ static void gd_product(const int f32, const void * a, int64_t lda, const void * 
             if (bt)
                 for (int i = 0; i < GD_R; i++)
                     for (int64_t t = 0; t < left; t++)
-                        at[i * GD_STEP + t] = _cvtsh_ss(((const uint16_t *)ar[i < r ? i : 0])[np + t]);
+                        at[i * GD_STEP + t] = (double)_cvtsh_ss(((const uint16_t *)ar[i < r ? i : 0])[np + t]);
+            double sums[2][GD_R][GD_DL];  /* F16: up to two blocks' sums, their leftovers added together */
+            int pend = 0;
+            int64_t pjb[2];
+            int pcc[2];
             for (int64_t jb = j0; jb < j1; jb += GD_C) {
                 const int cc = (int)(j1 - jb < GD_C ? j1 - jb : GD_C);
                 const void * br[GD_C];
                 for (int q = 0; q < cc; q++) br[q] = (const char *)b + (size_t)((jb + q) * ldb) * esz;
                 if (np) gd_dispatch(r, cc, f32, ar, br, np, xs);
                 if (!f32) {
-                    float out[GD_R * GD_C];
-                    gd_finish_block_f16(r, cc, xs, at, bt ? bt + (jb - j0) / GD_C * bt_block : NULL, np, left, out);
-                    for (int i = 0; i < r; i++)
-                        for (int q = 0; q < cc; q++) c[(jb + q) * ldc + ib + i] = out[i * GD_C + q];
+                    gd_reduce_block_f16(r, cc, xs, np, sums[pend]);
+                    pjb[pend] = jb, pcc[pend] = cc;
+                    if (++pend < 2 && jb + GD_C < j1) continue;
+                    if (bt) {
+                        const float * bts[2] = {bt + (pjb[0] - j0) / GD_C * bt_block, bt + (pjb[pend - 1] - j0) / GD_C * bt_block};
+                        gd_leftovers_f16(pend, sums, at, bts, left);
+                    }
+                    for (int e = 0; e < pend; e++)
+                        for (int i = 0; i < r; i++)
+                            for (int q = 0; q < pcc[e]; q++) c[(pjb[e] + q) * ldc + ib + i] = (float)sums[e][i][q];
+                    pend = 0;
                     continue;
                 }
                 for (int i = 0; i < r; i++)
