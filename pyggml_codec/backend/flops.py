@@ -35,7 +35,7 @@ ELEMENTWISE_STEPS = {  # ggml op -> operations per output element
     "ACC": 1, "ADD_REL_POS": 1,
 }
 KERNEL_STEPS = {"snake": 5, "bias_snake": 6, "add_bias_residual": 2}
-MOVE_KERNELS = frozenset({"im2col"})
+MOVE_KERNELS = frozenset({"im2col", "transpose"})
 PRODUCT_KERNELS = frozenset({"mul_mat_blas", "mul_mat_rowdot", "mul_mat_f16dot"})  # ggml_mul_mat's shapes
 COUNTED_KERNELS = (KERNEL_STEPS.keys() | MOVE_KERNELS | PRODUCT_KERNELS
                    | {"col2im", "conv_taps", "conv_wino", "conv_wino_input", "window_attention"})

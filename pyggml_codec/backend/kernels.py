@@ -44,6 +44,7 @@ SYMBOLS = {  # op -> (C function, ggml callback type)
     "conv_wino": ("pg_conv_wino", lib.ggml_custom_op_t),
     "conv_wino_input": ("pg_conv_wino_input", lib.ggml_custom_op_t),
     "col2im": ("pg_col2im", lib.ggml_custom_op_t),
+    "transpose": ("pg_transpose", lib.ggml_custom_op_t),
     "mul_mat_rowdot": ("pg_mul_mat_rowdot", lib.ggml_custom_op_t),
     "window_attention": ("pg_window_attention", lib.ggml_custom_op_t),
     "mul_mat_f16dot": ("pg_mul_mat_f16dot", lib.ggml_custom_op_t),
@@ -185,6 +186,13 @@ def add_bias(ctx, h, bias, exact: bool = False):
     (read in place), bias broadcast as above: ggml's CPU add runs a scalar loop with a modulo per
     element for a bias of one value per row (a channels-first conv's)."""
     return _custom(ctx, 0, h, [h, bias], "add_bias_residual", exact)
+
+
+def transpose(ctx, x):
+    """``ggml_cont(ggml_transpose(x))`` for contiguous 2-D F32 ``x`` (a copy, in 8 x 8 blocks)."""
+    args = (ctypes.POINTER(lib.ggml_tensor) * 1)(x)
+    return lib.ggml_custom_4d(ctx, 0, int(x.contents.ne[1]), int(x.contents.ne[0]), 1, 1, args, 1, OPS["transpose"],
+                              N_TASKS_MAX, None)
 
 
 def col2im(ctx, cols, k: int, stride: int, keep: list, prev=None):

@@ -226,7 +226,11 @@ def _check_broadcast(op: str, a: Tensor, b: Tensor) -> None:
 
 
 def transpose(g: Builder, x: Tensor) -> Tensor:
-    """CF <-> CL (a real copy)."""
+    """CF <-> CL (a real copy); a compiled blocked copy on the CPU (same values)."""
+    if _kernel_ready(g, x) and shape(x)[2:] == (1, 1):
+        g.lowerings["transpose"] = "custom"
+        return kernels.transpose(g.ctx, x)
+    g.lowerings["transpose"] = "ggml"
     return lib.ggml_cont(g.ctx, lib.ggml_transpose(g.ctx, x))
 
 

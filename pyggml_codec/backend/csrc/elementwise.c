@@ -298,6 +298,40 @@ void pg_col2im(void * dst_, int ith, int nth, void * userdata) {
     }
 }
 
+/* dst = src0 transposed (ggml_cont(ggml_transpose(x))'s values: a copy): contiguous F32 src
+ * [n0, n1], contiguous dst [n1, n0], dst[c n1 + r] = src[r n0 + c]. In tiles of 32 x 32 by 8 x 8
+ * blocks in registers; ggml's copy of a transposed view reads or writes one value at a time,
+ * strided (4.8 GB/s for a decoder block's output). Threads take bands of 32 along the longer
+ * side. */
+void pg_transpose(void * dst_, int ith, int nth, void * userdata) {
+    (void) userdata;
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * x = dst->src[0];
+    const int64_t n0 = x->ne[0], n1 = x->ne[1], T = 32;
+    const float * s = x->data;
+    float * d = dst->data;
+    const int by_rows = n1 > n0;  /* threads split the src rows r (else its columns c) */
+    int64_t b0, b1;
+    pg_share(((by_rows ? n1 : n0) + T - 1) / T, ith, nth, &b0, &b1);
+    const int64_t r_lo = by_rows ? b0 * T : 0, r_hi = by_rows ? (b1 * T < n1 ? b1 * T : n1) : n1;
+    const int64_t c_lo = by_rows ? 0 : b0 * T, c_hi = by_rows ? n0 : (b1 * T < n0 ? b1 * T : n0);
+    for (int64_t r0 = r_lo; r0 < r_hi; r0 += T)
+        for (int64_t c0 = c_lo; c0 < c_hi; c0 += T) {
+            const int64_t r1 = r0 + T < r_hi ? r0 + T : r_hi, c1 = c0 + T < c_hi ? c0 + T : c_hi;
+            int64_t r = r0;
+#if defined(__AVX2__)
+            for (; r + 8 <= r1; r += 8) {
+                int64_t c = c0;
+                for (; c + 8 <= c1; c += 8) pg_transpose8(s + r * n0 + c, n0, d + c * n1 + r, n1);
+                for (; c < c1; c++)
+                    for (int64_t i = 0; i < 8; i++) d[c * n1 + r + i] = s[(r + i) * n0 + c];
+            }
+#endif
+            for (; r < r1; r++)
+                for (int64_t c = c0; c < c1; c++) d[c * n1 + r] = s[r * n0 + c];
+        }
+}
+
 /* Whether the F16 conversions are F16C's instructions (else pg_to_f16_soft: the same bits). */
 int pg_has_f16c(void) {
 #if defined(__F16C__)

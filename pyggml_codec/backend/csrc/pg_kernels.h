@@ -23,6 +23,28 @@ static inline float pg_hsum8(__m256 v) {
 }
 #endif
 
+#if defined(__AVX2__)
+/* dst[t * ldd + c] = src[c * lds + t] for c, t < 8 */
+static inline void pg_transpose8(const float * restrict src, int64_t lds, float * restrict dst, int64_t ldd) {
+    __m256 r[8], a[8], b[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * lds);
+    for (int i = 0; i < 8; i += 2) {
+        a[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        a[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        b[i] = _mm256_shuffle_ps(a[i], a[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        b[i + 1] = _mm256_shuffle_ps(a[i], a[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        b[i + 2] = _mm256_shuffle_ps(a[i + 1], a[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        b[i + 3] = _mm256_shuffle_ps(a[i + 1], a[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(b[i], b[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(b[i], b[i + 4], 0x31));
+    }
+}
+#endif
+
 struct pg_tensor {            /* mirrors struct ggml_tensor up to `data` (ggml 0.15.3) */
     int type;
     void * buffer;
@@ -105,6 +127,7 @@ void pg_conv_taps(void * dst, int ith, int nth, void * userdata);
 void pg_conv_wino(void * dst, int ith, int nth, void * userdata);
 void pg_conv_wino_input(void * dst, int ith, int nth, void * userdata);
 void pg_col2im(void * dst, int ith, int nth, void * userdata);
+void pg_transpose(void * dst, int ith, int nth, void * userdata);
 void pg_mul_mat_rowdot(void * dst, int ith, int nth, void * userdata);
 void pg_window_attention(void * dst, int ith, int nth, void * userdata);
 int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int a_kind, const float * b, int64_t ldb,

@@ -229,27 +229,6 @@ static int wino_by_rows(const int64_t * p, int64_t nt) { return nt <= p[10] && p
 
 /* The row products' operand: the nt tiles' inputs of every plane transposed, vt[q][t][ci]
  * (16 x 16 blocks: read along tiles, write along channels), in a scratch slot (*slot). */
-#if defined(__AVX2__)
-/* dst[t * ldd + c] = src[c * lds + t] for c, t < 8 */
-static inline void wino_transpose8(const float * restrict src, int64_t lds, float * restrict dst, int64_t ldd) {
-    __m256 r[8], a[8], b[8];
-    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * lds);
-    for (int i = 0; i < 8; i += 2) {
-        a[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        a[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        b[i] = _mm256_shuffle_ps(a[i], a[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        b[i + 1] = _mm256_shuffle_ps(a[i], a[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        b[i + 2] = _mm256_shuffle_ps(a[i + 1], a[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        b[i + 3] = _mm256_shuffle_ps(a[i + 1], a[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int i = 0; i < 4; i++) {
-        _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(b[i], b[i + 4], 0x20));
-        _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(b[i], b[i + 4], 0x31));
-    }
-}
-#endif
 
 /* vt[q nt ldt + t ldt + ci] = v[q plane + ci ldv + t] for the w->cin channels and nt tiles */
 static void wino_transpose(const struct wino * w, int64_t nt, const float * v, int64_t ldv, int64_t plane,
@@ -261,7 +240,7 @@ static void wino_transpose(const struct wino * w, int64_t nt, const float * v, i
         int64_t c0 = 0, t0 = 0;
 #if defined(__AVX2__)
         for (; c0 + 8 <= cin; c0 += 8)  /* whole 8 x 8 blocks in registers */
-            for (t0 = 0; t0 + 8 <= nt; t0 += 8) wino_transpose8(vq + c0 * ldv + t0, ldv, tq + t0 * ldt + c0, ldt);
+            for (t0 = 0; t0 + 8 <= nt; t0 += 8) pg_transpose8(vq + c0 * ldv + t0, ldv, tq + t0 * ldt + c0, ldt);
 #endif
         for (int64_t c = 0; c < cin; c++)  /* the rest: channels past c0, tiles past t0 of the others */
             for (int64_t t = c < c0 ? t0 : 0; t < nt; t++) tq[t * ldt + c] = vq[c * ldv + t];
