@@ -4,7 +4,7 @@ Built at install time (``setup.py`` lists it in ``cffi_modules``) into
 ``pyggml_codec.backend._kernels``. The kernels read ggml tensors through a mirror of the first
 fields of ``struct ggml_tensor`` (ggml 0.15.3); ``kernels.py`` checks those offsets
 against the binding's own struct before using them. The C sources are in ``csrc/``:
-``elementwise.c`` (Snake, fused bias passes, F16 im2col, col2im), ``blas.c`` (products and
+``elementwise.c`` (Snake, fused bias passes, F16 im2col, col2im, transposes), ``blas.c`` (products and
 per-tap convs through a CBLAS sgemm), ``winograd.c`` (the Winograd conv), ``rowdot.c`` (row
 products), ``attention.c`` (streamed attention read in place from the key/value arena), ``scratch.c`` (scratch buffers kept between calls), ``pg_kernels.h``.
 

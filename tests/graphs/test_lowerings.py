@@ -161,7 +161,8 @@ def test_custom_kernels_match_ggml_ops(tiny_model):
                                                      (2, 1, 0, 64)])
 def test_f16_im2col_kernel_bit_identical(stride, dilation, pad, length):
     """The compiled F16 im2col against ggml's, bit for bit: stride-1 convs go 8 columns at a time
-    (blocks of 64 columns per thread, edges and the last channel one column at a time)."""
+    (blocks of 64 columns per thread; the edges, and the channels within 8 slots of a column's end,
+    one column at a time)."""
     if not kernels.AVAILABLE:
         pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
     from pyggml_codec.graphs import convs, ops

@@ -139,7 +139,7 @@ void pg_im2col(void * dst_, int ith, int nth, void * userdata) {
 #if defined(__F16C__) && defined(__AVX2__)
                 /* stride 1, 8 columns at once: tap k of columns t..t+7 is 8 consecutive inputs, one
                    load and conversion; an 8 x 8 transpose gives each column its K taps (written 8
-                   wide as below). The dilated convs' columns went one value at a time. */
+                   wide as below; the channels within 8 slots of a column's end go one by one) */
                 if (f16 && s == 1 && K <= 8 && ic * K + 8 <= row && t + 8 <= t1 && base >= P
                     && base + 7 + (K - 1) * d < U) {
                     pg_im2col_f16_8(src + base, d, K, (uint16_t *) dst->data + t * row + ic * K, row);
@@ -245,7 +245,8 @@ void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * h = dst->src[0], * bias = dst->src[1], * x = dst->src[2];
     const int64_t n0 = h->ne[0], rows = h->ne[1] * h->ne[2] * h->ne[3], total = n0 * rows;
-    const int64_t ldh = x ? n0 : (int64_t)(h->nb[1] / sizeof(float));
+    /* rows nb1 apart only for a 2-D h without x (a tensor with ne1 1 may carry any nb1) */
+    const int64_t ldh = !x && h->ne[1] > 1 && h->ne[2] == 1 && h->ne[3] == 1 ? (int64_t)(h->nb[1] / sizeof(float)) : n0;
     int64_t i0, i1;
     pg_share(total, ith, nth, &i0, &i1);
     const float * hs = h->data, * bs = bias->data, * xs = x ? x->data : NULL;

@@ -6,7 +6,7 @@
  * time of a product with a few columns (a streamed chunk's: 1 to 32), and ggml's own F16
  * product rounds the activations to F16. Here the weights are read once, in their stored
  * type (half the bytes of F32 for an F16 file), in blocks of PG_RD_R rows kept in L1 while
- * the columns stream past in blocks of PG_RD_C.
+ * the columns stream past in blocks of PG_RD_C (F32 rows) or PG_RD_C_NARROW (F16 and Q8_0 rows).
  *
  * Every C[i][j] is summed in one order whatever the shape, the blocking, the column count and
  * the thread count: lane l of a vector accumulates k = l, l + V, l + 2 V, ... with fused

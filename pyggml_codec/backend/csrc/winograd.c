@@ -227,10 +227,8 @@ static void wino_input_span(const struct wino * w, int64_t r0, int64_t r1, int64
  * chunk), where the BLAS would pack every U_q to read it once, or any count where p[10] says so. */
 static int wino_by_rows(const int64_t * p, int64_t nt) { return nt <= p[10] && pg_rowdot_lanes(); }
 
-/* The row products' operand: the nt tiles' inputs of every plane transposed, vt[q][t][ci]
- * (16 x 16 blocks: read along tiles, write along channels), in a scratch slot (*slot). */
-
-/* vt[q nt ldt + t ldt + ci] = v[q plane + ci ldv + t] for the w->cin channels and nt tiles */
+/* vt[q nt ldt + t ldt + ci] = v[q plane + ci ldv + t] for the w->cin channels and nt tiles
+ * (8 x 8 blocks in registers, pg_transpose8) */
 static void wino_transpose(const struct wino * w, int64_t nt, const float * v, int64_t ldv, int64_t plane,
                            float * vt, int64_t ldt) {
     const int64_t cin = w->cin;
@@ -247,6 +245,8 @@ static void wino_transpose(const struct wino * w, int64_t nt, const float * v, i
     }
 }
 
+/* The row products' operand: the nt tiles' inputs of every plane transposed, vt[q][t][ci], in a
+ * scratch slot (*slot). */
 static float * wino_transposed(const struct wino * w, int64_t nt, const float * v, int64_t ldv, int64_t plane,
                                int * slot) {
     float * vt = pg_scratch_take((size_t)(w->n * nt * w->cin), slot);
