@@ -253,7 +253,7 @@ BLAS_MIN_SIDE = 16  # a product with fewer rows or columns (a streamed transform
 # once (measured on a 1-token stream chunk: [3072 x 1024] . [1024] 22 ms in OpenBLAS, 11 in ggml)
 
 
-def _rows_contiguous(t) -> bool:
+def rows_contiguous(t) -> bool:
     """An F32 or F16 tensor whose rows' elements are adjacent, its rows a whole number of elements apart."""
     size = 2 if int(t.contents.type) == 1 else 4
     return int(t.contents.nb[0]) == size and int(t.contents.nb[1]) % size == 0
@@ -269,7 +269,7 @@ def mul_mat_blas_supported(a, b) -> bool:
     sides of the product at least ``BLAS_MIN_SIDE``."""
     if BLAS is None or min(int(a.contents.ne[1]), int(b.contents.ne[1])) < BLAS_MIN_SIDE:
         return False
-    return all(int(t.contents.type) == 0 and _rows_contiguous(t) for t in (a, b)) and _broadcasts(a, b)
+    return all(int(t.contents.type) == 0 and rows_contiguous(t) for t in (a, b)) and _broadcasts(a, b)
 
 
 def mul_mat_blas(ctx, a, b):
@@ -346,8 +346,8 @@ def mul_mat_rowdot_supported(a, b) -> bool:
     if not ROWDOT or int(b.contents.type) != 0 or ta not in (0, 1, ROWDOT_Q8_0):
         return False
     k = int(a.contents.ne[0])
-    a_rows = not k % 32 and int(a.contents.nb[1]) == k // 32 * 34 if ta == ROWDOT_Q8_0 else _rows_contiguous(a)
-    if not (a_rows and _rows_contiguous(b)) or (ta != 1 and int(b.contents.ne[1]) > rowdot_max_columns(0)):
+    a_rows = not k % 32 and int(a.contents.nb[1]) == k // 32 * 34 if ta == ROWDOT_Q8_0 else rows_contiguous(a)
+    if not (a_rows and rows_contiguous(b)) or (ta != 1 and int(b.contents.ne[1]) > rowdot_max_columns(0)):
         return False
     return _broadcasts(a, b)
 
@@ -383,7 +383,7 @@ def mul_mat_f16dot_supported(a, b) -> bool:
     ta, tb = int(a.contents.type), int(b.contents.type)
     if not F16DOT or (ta, tb) not in ((1, 1), (1, 0), (0, 0)) or (ta == 0 and not F16DOT_F32_TAIL):
         return False
-    return _rows_contiguous(a) and _rows_contiguous(b) and _broadcasts(a, b)
+    return rows_contiguous(a) and rows_contiguous(b) and _broadcasts(a, b)
 
 
 def mul_mat_f16dot(ctx, a, b, keep: list):

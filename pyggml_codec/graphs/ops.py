@@ -287,9 +287,8 @@ def _kernel_ready_rows(g: Builder, x: Tensor) -> bool:
     some columns of each row, read in place by the kernels that take a row stride)."""
     if lib.ggml_is_contiguous(x):
         return _kernel_ready(g, x)
-    n = x.contents
-    return (_kernel_ready(g) and binding.tensor_type(x) == F32 and n.nb[0] == 4 and n.nb[1] % 4 == 0
-            and int(n.ne[2]) == 1 and int(n.ne[3]) == 1)
+    return (_kernel_ready(g) and binding.tensor_type(x) == F32 and kernels.rows_contiguous(x)
+            and shape(x)[2:] == (1, 1))
 
 
 def bias_snake(g: Builder, x: Tensor, b: Tensor, alpha: Tensor, layout: str, out_type: int = F32) -> Tensor:
