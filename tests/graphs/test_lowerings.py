@@ -11,6 +11,7 @@ import pytest
 
 import oracle
 import pyggml_codec
+from graphrun import run_cpu_graph
 from parity import random_codes, report, signal
 from pyggml_codec.backend import kernels, runtime
 from pyggml_codec.backend.ggml_graph import Graph
@@ -288,34 +289,27 @@ def test_bias_kernel_is_ggml_add_bit_for_bit(layout, exact):
     h = rng.standard_normal((24, 1003)).astype(np.float32)
     bias = rng.standard_normal(24).astype(np.float32)
     arr = (lambda a: a) if layout == "CF" else (lambda a: np.ascontiguousarray(a.T))
-    backend = runtime.start_backend("cpu")
-    backend.set_threads(2)
-    graph = Graph(backend, 16 << 20)
-    try:
-        def build(g):
-            ht, bt = g.input("h", arr(h)), g.input("bias", bias)
-            ours = ops.add_bias(g, ht, bt, layout)
-            one = g.input("one", np.ones(1, np.float32))  # one channel: nothing to gain, ggml's add
-            assert ops.add_bias(g, g.input("h1", np.zeros((1, 5), np.float32)), one, layout) is not None
-            # the first columns of each row, a strided view (a conv-transpose's first samples): read in place
-            n0 = int(ht.contents.ne[0]) - 7
-            head = ops.lib.ggml_view_2d(g.ctx, ht, n0, int(ht.contents.ne[1]), ht.contents.nb[1], 0)
-            assert not ops.lib.ggml_is_contiguous(head)
-            view = ops.add_bias(g, head, bt, layout) if layout == "CF" else None
-            custom_ops = {ops.lib.ggml_op_name(t.contents.op) for t in ([ours, view] if view is not None else [ours])}
-            assert custom_ops == {b"CUSTOM"}, custom_ops
-            out = {"ours": ours, "ggml": ops.lib.ggml_add(g.ctx, ht, ops.channel_vector(g, bt, layout))}
-            if view is not None:
-                out["view"] = view
-                out["view_ggml"] = ops.lib.ggml_add(g.ctx, head, ops.channel_vector(g, bt, layout))
-            return out
 
-        graph.build(build, ops.Builder(ctx=graph.ctx, snake_kernel=True, exact_kernels=exact))
-        assert graph.builder.lowerings["add_bias"] == ("custom-exact" if exact else "custom")
-        out = graph.run()
-    finally:
-        graph.free()
-        backend.free()
+    def build(g):
+        ht, bt = g.input("h", arr(h)), g.input("bias", bias)
+        ours = ops.add_bias(g, ht, bt, layout)
+        one = g.input("one", np.ones(1, np.float32))  # one channel: nothing to gain, ggml's add
+        assert ops.add_bias(g, g.input("h1", np.zeros((1, 5), np.float32)), one, layout) is not None
+        # the first columns of each row, a strided view (a conv-transpose's first samples): read in place
+        n0 = int(ht.contents.ne[0]) - 7
+        head = ops.lib.ggml_view_2d(g.ctx, ht, n0, int(ht.contents.ne[1]), ht.contents.nb[1], 0)
+        assert not ops.lib.ggml_is_contiguous(head)
+        view = ops.add_bias(g, head, bt, layout) if layout == "CF" else None
+        custom_ops = {ops.lib.ggml_op_name(t.contents.op) for t in ([ours, view] if view is not None else [ours])}
+        assert custom_ops == {b"CUSTOM"}, custom_ops
+        out = {"ours": ours, "ggml": ops.lib.ggml_add(g.ctx, ht, ops.channel_vector(g, bt, layout))}
+        if view is not None:
+            out["view"] = view
+            out["view_ggml"] = ops.lib.ggml_add(g.ctx, head, ops.channel_vector(g, bt, layout))
+        assert g.lowerings["add_bias"] == ("custom-exact" if exact else "custom")
+        return out
+
+    out = run_cpu_graph(build, 2, snake_kernel=True, exact_kernels=exact)
     differ = int((out["ours"].view(np.uint32) != out["ggml"].view(np.uint32)).sum())
     print(f"{layout}, {'exact' if exact else 'default'} build: {differ} of {h.size} values differ from ggml_add (bound 0)")
     assert differ == 0
@@ -337,23 +331,14 @@ def test_transpose_kernel_is_ggml_cont_bit_for_bit(shape):
     from pyggml_codec.graphs import ops
 
     x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
-    for threads in (1, 2, 3):
-        backend = runtime.start_backend("cpu")
-        backend.set_threads(threads)
-        graph = Graph(backend, 16 << 20)
-        try:
-            def build(g):
-                xt = g.input("x", x)
-                ours = ops.transpose(g, xt)
-                assert ops.lib.ggml_op_name(ours.contents.op) == b"CUSTOM"
-                return {"ours": ours, "ggml": ops.lib.ggml_cont(g.ctx, ops.lib.ggml_transpose(g.ctx, xt))}
+    def build(g):
+        xt = g.input("x", x)
+        ours = ops.transpose(g, xt)
+        assert ops.lib.ggml_op_name(ours.contents.op) == b"CUSTOM" and g.lowerings["transpose"] == "custom"
+        return {"ours": ours, "ggml": ops.lib.ggml_cont(g.ctx, ops.lib.ggml_transpose(g.ctx, xt))}
 
-            graph.build(build, ops.Builder(ctx=graph.ctx, snake_kernel=True))
-            assert graph.builder.lowerings["transpose"] == "custom"
-            out = graph.run()
-        finally:
-            graph.free()
-            backend.free()
+    for threads in (1, 2, 3):
+        out = run_cpu_graph(build, threads, snake_kernel=True)
         differ = int((out["ours"].view(np.uint32) != out["ggml"].view(np.uint32)).sum())
         print(f"transpose of {shape}, {threads} thread(s): {differ} of {x.size} values differ (bound 0)")
         assert out["ours"].shape == x.T.shape and differ == 0
