@@ -205,9 +205,9 @@ static void gd_product(const int f32, const void * a, int64_t lda, const void * 
     const size_t esz = f32 ? 4 : 2;
     float xs[4 * GD_R * GD_C * GD_V];
     panel = panel > GD_C ? panel / GD_C * GD_C : GD_C;
-    /* F16 leftovers (k past np) as floats: the panel's columns, block by block (bt, [t][GD_DL] per
-       block of GD_C columns), converted once for all its row blocks; a row block's (at) once for
-       all the panel's column blocks */
+    /* F16 leftovers (k past np) converted: the panel's columns to floats, block by block (bt,
+       [t][GD_DL] per block of GD_C columns), once for all its row blocks; a row block's to doubles
+       (at, the FMAs' broadcast operand) once for all the panel's column blocks */
     const int64_t left = k - np, bt_block = left * GD_DL;
     int slot = -1;
     float * bt = NULL;
