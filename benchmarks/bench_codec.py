@@ -420,6 +420,7 @@ def main(argv=None) -> int:
     command = args.command or " ".join(["python", "benchmarks/bench_codec.py", *(sys.argv[1:] if argv is None else argv)])
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
+    others = limits.OthersWatch().start()
     with tempfile.TemporaryDirectory() as tmp:
         model, paths = build_models(Path(tmp), args.size)
         exe = None
@@ -479,7 +480,7 @@ def main(argv=None) -> int:
     import bench_streams
 
     about = limits.machine()
-    machine = limits.machine_line(about, loaded_above=float(about["cpus"] or 1))
+    machine = limits.machine_line(about, others=others.share())
     jsonable = {t: dict(v, sgemm_by_shape={"x".join(map(str, k)): g for k, g in v["sgemm_by_shape"].items()})
                 for t, v in machine_limits.items()}
     report = {"machine": machine, "kind": about["kind"], "command": command, "limits": jsonable, "rows": rows,

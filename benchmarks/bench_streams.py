@@ -248,6 +248,7 @@ def main(argv=None) -> int:
     import limits
     import pyggml_codec
 
+    others = limits.OthersWatch().start()
     bandwidth = limits.bandwidth_gbs(args.threads, args.bandwidth_mib)
     with pyggml_codec.load(args.model, backend="cpu", n_threads=args.threads, precision=args.precision,
                            parts="decode") as c:
@@ -255,8 +256,7 @@ def main(argv=None) -> int:
     for r in rows:
         print(json.dumps(r), flush=True)
     about = limits.machine()
-    load = ", ".join(f"{x:.1f}" for x in about["load"])
-    print(f"Machine: {limits.machine_line(about)}; load average {load}; {args.threads} threads\n")
+    print(f"Machine: {limits.machine_line(about, others=others.share())}; {args.threads} threads\n")
     print(table(rows))
     print()
     print(targets_table(rows))

@@ -269,14 +269,63 @@ def machine() -> dict:
             "load": os.getloadavg()}
 
 
-def machine_line(m: dict, loaded_above: float | None = None) -> str:
-    """One line: what the figures ran on. ``loaded_above``: the load average past which the line
-    says the machine was loaded (None: never)."""
+OTHERS_LOADED = 0.10  # the machine line says "loaded" past this share of the CPUs' time used by others
+
+
+def _busy_cpu_s(stat: str) -> float:
+    """Seconds of CPU time spent busy on all CPUs since boot, from /proc/stat's text: user, nice,
+    system, irq, softirq and steal (a hypervisor's other guests); idle and iowait left out, and
+    guest time too (already inside user)."""
+    fields = [int(v) for v in stat.splitlines()[0].split()[1:]]
+    busy = sum(fields[i] for i in (0, 1, 2, 5, 6, 7) if i < len(fields))
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+class OthersWatch:
+    """The share of the machine's CPU time that something other than this process and its
+    waited-for children used between ``start()`` and ``share()``: other processes, and a VM's
+    steal. The load average cannot say this: a benchmark's own threads raise it to the thread
+    count. ``share()`` is None where /proc/stat is missing (not Linux)."""
+
+    def __init__(self, stat_path: str = "/proc/stat"):
+        self.stat_path = stat_path
+        self._start: tuple[float, float, float] | None = None
+
+    def _sample(self) -> tuple[float, float, float] | None:
+        try:
+            text = Path(self.stat_path).read_text()
+        except OSError:
+            return None
+        return time.monotonic(), _busy_cpu_s(text), _own_cpu_s()
+
+    def start(self) -> "OthersWatch":
+        self._start = self._sample()
+        return self
+
+    def share(self) -> float | None:
+        end = self._sample()
+        if self._start is None or end is None or end[0] <= self._start[0]:
+            return None
+        elapsed, busy, own = (b - a for a, b in zip(self._start, end))
+        return min(1.0, max(0.0, (busy - own) / (elapsed * (os.cpu_count() or 1))))
+
+
+def machine_line(m: dict, others: float | None = None) -> str:
+    """One line: what the figures ran on. ``others``: the share of the CPUs' time other
+    processes (and a VM's steal) took while the figures were measured (``OthersWatch``); past
+    OTHERS_LOADED the line says the machine was loaded."""
     line = (f"{m['model']}, {m['cpus']} logical CPUs; ISA {' '.join(m['flags']) or 'baseline'}; "
             f"BLAS {m['blas']}; {m['ggml']}")
-    load = m["load"][0]
-    if loaded_above is not None and load > loaded_above:
-        line += f"; measured while the machine was loaded (load average {load:.1f} on {m['cpus']} CPUs)"
+    if others is not None and others > OTHERS_LOADED:
+        line += (f"; measured while the machine was loaded (other processes and steal took "
+                 f"{100 * others:.0f} % of its CPU time)")
     return line
 
 

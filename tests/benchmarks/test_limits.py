@@ -4,6 +4,7 @@ codec's calls. Timings are never asserted: the functions that measure are run fo
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -65,11 +66,39 @@ def test_machine_kind(model, flags, key):
     assert limits.machine_kind(model, flags) == key
 
 
-def test_machine_line_says_loaded_only_when_it_was():
+def test_machine_line_says_loaded_only_when_others_took_the_cpus():
     m = {"model": "AMD EPYC", "cpus": 2, "flags": ["avx2"], "blas": "OpenBLAS", "ggml": "ggml x", "load": (5.0, 4, 3)}
-    assert "loaded" in limits.machine_line(m, loaded_above=2)
-    assert "loaded" not in limits.machine_line(dict(m, load=(1.0, 1, 1)), loaded_above=2)
-    assert "loaded" not in limits.machine_line(m, loaded_above=None)
+    assert "loaded" in limits.machine_line(m, others=0.35)
+    assert "35 %" in limits.machine_line(m, others=0.35)
+    # a load average at the thread count (the benchmark's own threads) says nothing by itself
+    assert "loaded" not in limits.machine_line(m, others=0.02)
+    assert "loaded" not in limits.machine_line(m, others=None)
+
+
+def _stat(user, system, idle, steal):
+    return f"cpu  {user} 0 {system} {idle} 0 0 0 {steal} 0 0\ncpu0 1 2 3 4\n"
+
+
+def test_others_watch_counts_busy_time_not_ours(tmp_path, monkeypatch):
+    """Others' share = (busy CPU time over the window - this process's own) / (window x CPUs),
+    steal counted as others'. The clock, /proc/stat and the process's own CPU time are faked."""
+    hz = os.sysconf("SC_CLK_TCK")
+    stat = tmp_path / "stat"
+    clock, own = iter([100.0, 110.0]), iter([5.0, 15.0])
+    monkeypatch.setattr(limits.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(limits, "_own_cpu_s", lambda: next(own))
+    monkeypatch.setattr(limits.os, "cpu_count", lambda: 2)
+    stat.write_text(_stat(0, 0, 0, 0))
+    watch = limits.OthersWatch(str(stat)).start()
+    # 10 s on 2 CPUs: 20 CPU-seconds; 10 of them ours, 4 others' user time, 2 steal, the rest idle
+    stat.write_text(_stat(12 * hz, 2 * hz, 6 * hz, 2 * hz))
+    share = watch.share()
+    print(f"others' share: {share:.3f} (want 0.300)")
+    assert share == pytest.approx(0.30, abs=1e-9)
+
+
+def test_others_watch_without_proc_stat_says_nothing(tmp_path):
+    assert limits.OthersWatch(str(tmp_path / "missing")).start().share() is None
 
 
 def _section(kind: str, body: str) -> str:
