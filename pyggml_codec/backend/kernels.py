@@ -211,14 +211,17 @@ def col2im(ctx, cols, k: int, stride: int, keep: list, prev=None):
                               params.ctypes.data_as(ctypes.c_void_p))
 
 
-def im2col_supported(dst_type: int, k: int, with_prev: bool = False) -> bool:
+def im2col_supported(dst_type: int, k: int, with_prev: bool = False, dilation: int = 1) -> bool:
     """For F16 columns: there ggml's im2col ran at 0.8-1.0 GB/s and this one at 2.7-4.5
-    (same run). For F32 the two are equal (3.4-6.3 GB/s), so F32 keeps ggml's op, except
-    where the kernel reads a streamed conv's carried context in place (``with_prev``),
+    (same run). For F32 columns of an undilated conv (the encoder's strided convs), this one
+    copies each channel's taps as whole vectors, a column at a time, with streaming stores:
+    0.29-0.64x ggml's time on the encoder's four (64-512 channels, K 4-16, 28-226 MB of
+    columns; 2 threads, paired). Dilated F32 columns ran at ggml's pace and keep ggml's op,
+    except where the kernel reads a streamed conv's carried context in place (``with_prev``),
     which saves a concat (single-threaded in ggml) and its copy of the input."""
     if not AVAILABLE or k > MAX_KERNEL:
         return False
-    return dst_type == 1 or (dst_type == 0 and with_prev)
+    return dst_type == 1 or (dst_type == 0 and (with_prev or dilation == 1))
 
 
 def im2col(ctx, x, k: int, stride: int, dilation: int, pad: int, n_out: int, dst_type: int, keep: list,

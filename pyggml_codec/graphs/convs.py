@@ -61,7 +61,7 @@ def _streamed_im2col(g: Builder, x_cf: Tensor, w: Tensor, stride: int, dilation:
             raise ValueError(f"batched streams take stride-1 causal convs only (stride {stride})")
         return packed.conv_columns(g, x_cf, left, lambda x: im2col(g, w, x, 1, 0, dilation))
     length = shape(x_cf)[0]
-    if left and length >= left and not extra and _kernel_im2col(g, w, x_cf, with_prev=True):
+    if left and length >= left and not extra and _kernel_im2col(g, w, x_cf, with_prev=True, dilation=dilation):
         x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
         return im2col(g, w, x_cf, stride, 0, dilation, prev=context_in_place(g, x_cf, left))
     if left:
@@ -75,9 +75,15 @@ def _conv_input_type(g: Builder) -> int:
     return F16 if g.f16_convs else F32
 
 
-def _kernel_im2col(g: Builder, w: Tensor, x_cf: Tensor, with_prev: bool = False) -> bool:
+def _kernel_im2col(g: Builder, w: Tensor, x_cf: Tensor, with_prev: bool = False, dilation: int = 1) -> bool:
+    """Whether the compiled im2col takes these columns: F16 ones, and F32 ones where it reads a
+    carried context in place or copies an undilated conv's contiguous input (kernels.im2col_supported);
+    an F32 input it would first have to copy stays with ggml's op."""
+    dst_type = _conv_input_type(g)
+    if dst_type == F32 and not with_prev and not lib.ggml_is_contiguous(x_cf):
+        return False
     return (g.im2col_kernel and binding.tensor_type(x_cf) == F32
-            and kernels.im2col_supported(_conv_input_type(g), shape(w)[0], with_prev))
+            and kernels.im2col_supported(dst_type, shape(w)[0], with_prev, dilation))
 
 
 def im2col(g: Builder, w: Tensor, x_cf: Tensor, stride: int, pad: int, dilation: int,
@@ -90,7 +96,7 @@ def im2col(g: Builder, w: Tensor, x_cf: Tensor, stride: int, pad: int, dilation:
     if n_out < 1:
         raise ValueError(f"conv input of {length} samples is shorter than its kernel ({k}, dilation {dilation})")
     dst_type = _conv_input_type(g)
-    if prev is not None or _kernel_im2col(g, w, x_cf):
+    if prev is not None or _kernel_im2col(g, w, x_cf, dilation=dilation):
         x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
         g.lowerings["im2col"] = "custom"
         return kernels.im2col(g.ctx, x_cf, k, stride, dilation, pad, n_out, dst_type, g.keep, prev)

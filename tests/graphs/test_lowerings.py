@@ -191,6 +191,59 @@ def test_f16_im2col_kernel_bit_identical(stride, dilation, pad, length):
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("stride,k,pad,length,channels", [(2, 4, 2, 97, 6), (4, 8, 4, 203, 5), (8, 16, 8, 1001, 3),
+                                                          (3, 5, 2, 50, 7), (1, 7, 6, 40, 4), (2, 2, 0, 64, 2)])
+def test_f32_im2col_kernel_bit_identical(stride, k, pad, length, channels, threads):
+    """The compiled F32 im2col of an undilated conv against ggml's, bit for bit: a column at a time,
+    each channel's taps copied as vectors (streaming stores where K is a multiple of 4), zeros at
+    both padded edges; the columns shared by whole columns between threads. Metric: differing
+    values; tolerance 0."""
+    if not kernels.AVAILABLE:
+        pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
+    from pyggml_codec.graphs import convs, ops
+
+    x = np.random.default_rng(11).standard_normal((channels, length)).astype(np.float32)
+    outs, lowered = [], []
+    for use_kernel in (True, False):
+        def build(g):
+            g.im2col_kernel = use_kernel
+            w = g.input("w", np.zeros((3, channels, k), np.float32))
+            cols = convs.im2col(g, w, g.input("x", x), stride, pad, 1)
+            lowered.append(g.lowerings["im2col"])
+            return {"cols": cols}
+
+        outs.append(run_cpu_graph(build, threads)["cols"])
+    assert lowered == ["custom", "ggml"]
+    differing = int(np.count_nonzero(outs[0] != outs[1]))
+    print(f"stride {stride}, K {k}, pad {pad}, {length} samples, {threads} threads: "
+          f"{differing} of {outs[1].size} values differ")
+    assert outs[0].shape == outs[1].shape and np.abs(outs[1]).max() > 0
+    assert differing == 0
+
+
+def test_f32_im2col_kernel_leaves_dilated_and_strided_inputs_to_ggml():
+    """Dilated F32 columns, and an F32 input that is not contiguous (the kernel would first copy
+    it), keep ggml's im2col."""
+    from pyggml_codec.graphs import convs, ops
+
+    x = np.random.default_rng(12).standard_normal((4, 60)).astype(np.float32)
+    lowered = []
+
+    def build(g):
+        w = g.input("w", np.zeros((3, 4, 7), np.float32))
+        xt = g.input("x", x)
+        out = {"dilated": convs.im2col(g, w, xt, 1, 6, 3)}
+        lowered.append(g.lowerings["im2col"])
+        view = ops.lib.ggml_view_2d(g.ctx, xt, 50, 4, xt.contents.nb[1], 0)  # rows 60 apart: not contiguous
+        out["view"] = convs.im2col(g, w, view, 2, 4, 1)
+        lowered.append(g.lowerings["im2col"])
+        return out
+
+    run_cpu_graph(build, 2, im2col_kernel=True)
+    assert lowered == ["ggml", "ggml"]
+
+
 @pytest.mark.parametrize("precision", ["f32", "s2cpp"])
 @pytest.mark.parametrize("stride,dilation,context,length", [(1, 1, 6, 50), (1, 9, 54, 300), (1, 3, 18, 18),
                                                             (4, 1, 4, 96)])
@@ -382,7 +435,7 @@ def test_per_op_profile_runs_every_node(tiny_model):
         np.testing.assert_array_equal(codec.decode(codes), want)
     ops_seen = {op for op, _, _ in rows}
     print(f"{len(rows)} nodes, {1000 * sum(t for _, _, t in rows):.1f} ms; ops: {sorted(ops_seen)}")
-    assert {"IM2COL", "SOFT_MAX", "CUSTOM:col2im"} <= ops_seen  # custom ops are named by kernel
+    assert {"CUSTOM:im2col", "SOFT_MAX", "CUSTOM:col2im"} <= ops_seen  # custom ops are named by kernel
     if kernels.BLAS is not None:
         assert {"CUSTOM:conv_taps", "MAP_CUSTOM2:snake"} <= ops_seen
         assert ops_seen & {"CUSTOM:mul_mat_blas", "CUSTOM:mul_mat_rowdot"}  # F32 products by rows with AVX-512

@@ -116,6 +116,48 @@ static inline void pg_im2col_f16_8(const float * x, int64_t d, int64_t K, uint16
 }
 #endif
 
+/* F32 columns [t0, t1) of an undilated im2col without carried context, a column at a time: each
+   channel's K taps are K consecutive inputs, copied as whole vectors; where every column is whole
+   vectors of 16-byte-aligned slots (K a multiple of 4), by streaming stores, so that columns far
+   larger than the caches are written without first being read. Edge taps are zeros. */
+static void pg_im2col_f32_d1(const float * xs, int64_t L, int64_t IC, int64_t K, int64_t s, int64_t p,
+                             float * out, int64_t row, int64_t t0, int64_t t1) {
+#if defined(__AVX__)
+    const int stream = K % 4 == 0 && ((uintptr_t) out) % 16 == 0;
+#endif
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t base = t * s - p;
+        float * o = out + t * row;
+        if (base < 0 || base + K > L) {
+            for (int64_t ic = 0; ic < IC; ic++)
+                for (int64_t k = 0; k < K; k++) {
+                    const int64_t j = base + k;
+                    o[ic * K + k] = j < 0 || j >= L ? 0.0f : xs[ic * L + j];
+                }
+            continue;
+        }
+        const float * src = xs + base;
+#if defined(__AVX__)
+        if (stream) {
+            for (int64_t ic = 0; ic < IC; ic++, src += L, o += K)
+                for (int64_t k = 0; k < K; k += 4) _mm_stream_ps(o + k, _mm_loadu_ps(src + k));
+            continue;
+        }
+#endif
+        for (int64_t ic = 0; ic < IC; ic++, src += L, o += K) {
+            int64_t k = 0;
+#if defined(__AVX__)
+            for (; k + 8 <= K; k += 8) _mm256_storeu_ps(o + k, _mm256_loadu_ps(src + k));
+            for (; k + 4 <= K; k += 4) _mm_storeu_ps(o + k, _mm_loadu_ps(src + k));
+#endif
+            for (; k < K; k++) o[k] = src[k];
+        }
+    }
+#if defined(__AVX__)
+    if (stream) _mm_sfence();
+#endif
+}
+
 void pg_im2col(void * dst_, int ith, int nth, void * userdata) {
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * x = dst->src[0];
@@ -128,6 +170,12 @@ void pg_im2col(void * dst_, int ith, int nth, void * userdata) {
     const float * xs = x->data;
     const float * ps = prev ? (const float *) prev->data : 0;
     const int64_t nblocks = (OW + PG_BLOCK - 1) / PG_BLOCK;
+    if (!f16 && d == 1 && !prev) {  /* contiguous shares of whole columns */
+        int64_t t0, t1;
+        pg_share(OW, ith, nth, &t0, &t1);
+        pg_im2col_f32_d1(xs, L, IC, K, s, p, dst->data, row, t0, t1);
+        return;
+    }
     for (int64_t b = ith; b < nblocks; b += nth) {
         const int64_t t0 = b * PG_BLOCK, t1 = t0 + PG_BLOCK < OW ? t0 + PG_BLOCK : OW;
         for (int64_t ic = 0; ic < IC; ic++) {
