@@ -136,6 +136,37 @@ def _f16dot_probe(klib, ffi, mode: int, lanes: int) -> tuple[int, int]:
 
 # ggml's F16 and F32 products in register blocks (the "s2cpp" precision's matrix products), where
 # they reproduce this ggml build's sums; else ggml's mul_mat runs them.
+# Every 997th float bit pattern of each sign: 4.3 M values, about 10 ms at import.
+SINF_CHECK_STEP = 997
+
+
+def _sinf_check() -> tuple[int, str | None]:
+    """(lanes, None) where the exact build's vector replica of glibc's sinf (csrc/elementwise.c)
+    gives this process's libm ``sinf`` bit for bit on every SINF_CHECK_STEP-th float of each sign
+    (the Snake of the "s2cpp" precision then runs it), else (0, why): that Snake keeps libm's scalar
+    ``sinf``, the same values more slowly. Checked, not assumed: another libm (an older glibc, its
+    variant without FMA, musl) computes other bits."""
+    if not EXACT_AVAILABLE:
+        return 0, EXACT_UNAVAILABLE_REASON
+    klib = _EXACT["module"].lib
+    if not hasattr(klib, "pg_sinf_exact_lanes"):
+        return 0, "the exact kernels are from another version (reinstall)"
+    lanes = int(klib.pg_sinf_exact_lanes())
+    if not lanes:
+        return 0, "the exact kernels were built without AVX2 and FMA"
+    differ = int(klib.pg_sinf_exact_check(0, 1 << 31, SINF_CHECK_STEP))
+    if differ:
+        return 0, f"it differs from this process's libm sinf on {differ} of the floats checked"
+    klib.pg_sinf_exact_use(1)
+    return lanes, None
+
+
+# libm's sinf in vectors for the exact Snake, where it reproduces this process's libm.
+SINF_LANES, SINF_UNAVAILABLE_REASON = _sinf_check()
+SINF = SINF_LANES > 0
+if EXACT_AVAILABLE and not SINF:
+    log.info("libm's sinf in vectors unavailable: %s; the s2cpp Snake calls libm per value", SINF_UNAVAILABLE_REASON)
+
 F16DOT_LANES, F16DOT_F32_TAIL, F16DOT_UNAVAILABLE_REASON = _f16dot_check()
 F16DOT = F16DOT_LANES > 0
 if EXACT_AVAILABLE and not F16DOT:

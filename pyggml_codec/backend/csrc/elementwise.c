@@ -22,22 +22,144 @@ int pg_tensor_layout(int64_t * offsets) {
 #define PG_OVER(num, a, inv) ((num) * (inv))
 #endif
 
+#if defined(PG_EXACT) && defined(__AVX2__) && defined(__FMA__)
+/* glibc's sinf (2.28 and later, the x86-64 FMA variant that its dispatch picks on FMA machines), 4
+ * values at a time: the same double operations in the same order, so the same floats, for
+ * |y| < 120; larger, infinite and NaN inputs go to libm's sinf. Its steps: t = top 12 bits of |y|
+ * below the sign; t < 0x398 (|y| < 2^-12): y itself; t < 0x3f4 (|y| < pi/4): n = 0, r = y; else
+ * n = (trunc(y * 2^24 2/pi) + 2^23) >> 24 and r = fma(-n, pi/2, y); then sin(r) for even n, cos(r)
+ * for odd n (the polynomials below, in double), negated where n & 2 (glibc negates the sign or its
+ * cos table there: the same float, as every step is odd in the negated inputs), rounded to float.
+ * Not assumed: pg_sinf_exact_check compares it with the libm in this process before it is used. */
+#define PG_SINF_LANES 4
+static inline __m128 pg_sinf4(__m128 yf) {
+    const __m128i top = _mm_and_si128(_mm_srli_epi32(_mm_castps_si128(yf), 20), _mm_set1_epi32(0x7ff));
+    const __m256d x = _mm256_cvtps_pd(yf);
+    __m128i n = _mm256_cvttpd_epi32(_mm256_mul_pd(x, _mm256_set1_pd(0x1.45f306dc9c883p+23)));
+    n = _mm_srai_epi32(_mm_add_epi32(n, _mm_set1_epi32(0x800000)), 24);
+    n = _mm_andnot_si128(_mm_cmplt_epi32(top, _mm_set1_epi32(0x3f4)), n);  /* |y| < pi/4: n = 0, so r = y */
+    const __m256d r = _mm256_fnmadd_pd(_mm256_cvtepi32_pd(n), _mm256_set1_pd(0x1.921fb54442d18p+0), x);
+    const __m256d r2 = _mm256_mul_pd(r, r);
+    /* sin: r + r^3 s1 + r^5 (s2 + r^2 s3) */
+    const __m256d r3 = _mm256_mul_pd(r2, r);
+    const __m256d sa = _mm256_fmadd_pd(r2, _mm256_set1_pd(-0x1.994eb3774cf24p-13), _mm256_set1_pd(0x1.1107605230bc4p-7));
+    const __m256d r5 = _mm256_mul_pd(r2, r3);
+    const __m256d st = _mm256_fmadd_pd(r3, _mm256_set1_pd(-0x1.555545995a603p-3), r);
+    const __m256d sn = _mm256_fmadd_pd(sa, r5, st);
+    /* cos: (c0 + r^2 c1) + r^4 c2 + r^6 (c3 + r^2 c4) */
+    const __m256d r4 = _mm256_mul_pd(r2, r2);
+    const __m256d cb = _mm256_fmadd_pd(r2, _mm256_set1_pd(-0x1.ffffffd0c621cp-2), _mm256_set1_pd(1.0));
+    const __m256d cc = _mm256_fmadd_pd(r2, _mm256_set1_pd(0x1.99343027bf8c3p-16), _mm256_set1_pd(-0x1.6c087e89a359dp-10));
+    const __m256d r6 = _mm256_mul_pd(r2, r4);
+    const __m256d cd = _mm256_fmadd_pd(r4, _mm256_set1_pd(0x1.55553e1068f19p-5), cb);
+    const __m256d cs = _mm256_fmadd_pd(cc, r6, cd);
+    const __m256i n64 = _mm256_cvtepi32_epi64(n);
+    const __m256d odd = _mm256_castsi256_pd(_mm256_slli_epi64(n64, 63));  /* sign bit: n odd */
+    const __m256d flip = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_srli_epi64(n64, 1), 63));  /* n & 2 */
+    const __m256d v = _mm256_xor_pd(_mm256_blendv_pd(sn, cs, odd), flip);
+    const __m128 out = _mm256_cvtpd_ps(v);
+    return _mm_blendv_ps(out, yf, _mm_castsi128_ps(_mm_cmplt_epi32(top, _mm_set1_epi32(0x398))));
+}
+
+static void pg_sinf_vector(const float * x, float * y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const __m128 v = _mm_loadu_ps(x + i);
+        const __m128i top = _mm_and_si128(_mm_srli_epi32(_mm_castps_si128(v), 20), _mm_set1_epi32(0x7ff));
+        const int big = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(top, _mm_set1_epi32(0x42e))));
+        const float keep[4] = {x[i], x[i + 1], x[i + 2], x[i + 3]};  /* y may be x */
+        _mm_storeu_ps(y + i, pg_sinf4(v));
+        for (int j = 0; big && j < 4; j++)
+            if (big >> j & 1) y[i + j] = sinf(keep[j]);
+    }
+    for (; i < n; i++) y[i] = sinf(x[i]);
+}
+#else
+#define PG_SINF_LANES 0
+#endif
+
+#ifdef PG_EXACT
+static int pg_sinf_vector_on = 0;  /* set by pg_sinf_exact_use once pg_sinf_exact_check found no difference */
+
+int pg_sinf_exact_lanes(void) { return PG_SINF_LANES; }
+
+void pg_sinf_exact_use(int on) { pg_sinf_vector_on = on && PG_SINF_LANES; }
+
+/* y[i] = libm's sinf(x[i]) (y may be x): by pg_sinf4 where enabled, else by libm */
+void pg_sinf_exact(const float * x, float * y, int64_t n) {
+#if PG_SINF_LANES
+    if (pg_sinf_vector_on) {
+        pg_sinf_vector(x, y, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++) y[i] = sinf(x[i]);
+}
+
+/* Floats whose vector sinf differs from libm's sinf, over the bit patterns b0, b0 + step, ... below
+ * b1, with both signs (bitwise, NaN results compared as NaN); -1 where there is no vector code. */
+int64_t pg_sinf_exact_check(uint32_t b0, uint32_t b1, uint32_t step) {
+#if PG_SINF_LANES
+    enum { N = 1024 };
+    float x[N], got[N];
+    int64_t differ = 0;
+    for (uint64_t b = b0; b < b1;) {
+        int m = 0;
+        for (; m < N && b < b1; m++, b += step) {
+            const uint32_t u = (uint32_t) b | (m & 1 ? 0x80000000u : 0u);
+            memcpy(x + m, &u, 4);
+        }
+        pg_sinf_vector(x, got, m);
+        for (int i = 0; i < m; i++) {
+            const float want = sinf(x[i]);
+            differ += memcmp(&want, got + i, 4) != 0 && !(want != want && got[i] != got[i]);
+        }
+    }
+    return differ;
+#else
+    (void) b0; (void) b1; (void) step;
+    return -1;
+#endif
+}
+#define PG_SINF(x, y, n) pg_sinf_exact(x, y, n)
+#endif
+
 /* y = x + sin(a x)^2 / a over [n] values sharing one alpha */
 static void snake_run(float * restrict y, const float * restrict x, int64_t n, float a) {
     const float inv = 1.0f / a;
     (void) inv;
+#ifdef PG_EXACT
+    float s[256];
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        const int64_t m = n - i0 < 256 ? n - i0 : 256;
+        for (int64_t i = 0; i < m; i++) s[i] = a * x[i0 + i];
+        PG_SINF(s, s, m);
+        for (int64_t i = 0; i < m; i++) y[i0 + i] = x[i0 + i] + PG_OVER(s[i] * s[i], a, inv);
+    }
+#else
     for (int64_t i = 0; i < n; i++) {
         const float s = sinf(a * x[i]);
         y[i] = x[i] + PG_OVER(s * s, a, inv);
     }
+#endif
 }
 
 /* alpha per element of a row (channels-last rows) */
 static void snake_vec(float * restrict y, const float * restrict x, const float * restrict a, int64_t n) {
+#ifdef PG_EXACT
+    float s[256];
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        const int64_t m = n - i0 < 256 ? n - i0 : 256;
+        for (int64_t i = 0; i < m; i++) s[i] = a[i0 + i] * x[i0 + i];
+        PG_SINF(s, s, m);
+        for (int64_t i = 0; i < m; i++) y[i0 + i] = x[i0 + i] + s[i] * s[i] / a[i0 + i];
+    }
+#else
     for (int64_t i = 0; i < n; i++) {
         const float s = sinf(a[i] * x[i]);
         y[i] = x[i] + s * s / a[i];
     }
+#endif
 }
 
 /* im2col of a 1-D conv, the same output as ggml_im2col (1-D): dst [IC*K, OW] with element
@@ -261,6 +383,26 @@ void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
             const int64_t m = len - j0 < 256 ? len - j0 : 256;
             const float * xi = xs + i + j0;
             float * y = f16 ? tmp : (float *) dst->data + i + j0;
+#ifdef PG_EXACT
+            float t[256], sn[256];
+            if (per_row) {
+                const float a = al[r], b = bs[r];
+                for (int64_t k = 0; k < m; k++) {
+                    t[k] = xi[k] + b;
+                    sn[k] = a * t[k];
+                }
+                PG_SINF(sn, sn, m);
+                for (int64_t k = 0; k < m; k++) y[k] = t[k] + sn[k] * sn[k] / a;
+            } else {
+                const float * a = al + c + j0, * b = bs + c + j0;
+                for (int64_t k = 0; k < m; k++) {
+                    t[k] = xi[k] + b[k];
+                    sn[k] = a[k] * t[k];
+                }
+                PG_SINF(sn, sn, m);
+                for (int64_t k = 0; k < m; k++) y[k] = t[k] + sn[k] * sn[k] / a[k];
+            }
+#else
             if (per_row) {
                 const float a = al[r], b = bs[r], inv = 1.0f / a;
                 (void) inv;
@@ -277,6 +419,7 @@ void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
                     y[k] = t + sn * sn / a[k];
                 }
             }
+#endif
             if (f16) pg_store_f16((uint16_t *) dst->data + i + j0, tmp, m);
         }
     })

@@ -136,7 +136,11 @@ int pg_rowdot_lanes(void);  /* floats per vector of the row products; 0: not bui
 int pg_has_f16c(void);
 void pg_f16_soft(const float * x, uint16_t * out, int64_t n);  /* F16 without F16C (tested in every build) */
 int pg_tensor_layout(int64_t * offsets);
-/* the exact build's only (ggmldot.c) */
+/* the exact build's only (ggmldot.c; libm's sinf in vectors, elementwise.c) */
+void pg_sinf_exact(const float * x, float * y, int64_t n);
+int64_t pg_sinf_exact_check(uint32_t b0, uint32_t b1, uint32_t step);
+void pg_sinf_exact_use(int on);
+int pg_sinf_exact_lanes(void);  /* values per vector of the replica of libm's sinf; 0: not built */
 void pg_mul_mat_f16dot(void * dst, int ith, int nth, void * userdata);
 int pg_f16dot_product(int f32, int64_t m, int64_t n, int64_t k, const void * a, const void * b, float * c);
 int pg_f16dot_lanes(void);  /* ggml's F16 dot product's lanes reproduced (16, 8); 0: not built */
