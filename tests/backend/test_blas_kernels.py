@@ -270,15 +270,17 @@ def test_conv_wino_input_op_gives_the_same_bits(segments, length, d, max_tiles, 
 @pytest.mark.parametrize("d,threads", [(1, 2), (3, 1), (9, 2)])
 def test_conv_wino_short_blocks_give_the_long_blocks_bits(m, d, threads, monkeypatch, require):
     """Blocks of one tile row (a streamed chunk's: the transforms by channel, all of a channel's
-    tiles at once) against blocks of dozens (by residue, 8 tile rows at a time) and against the
-    output channels split between threads (every tile in one product): the same bits, with row
-    products on all sides, whose sums do not depend on the column count. Within 2e-6 of float64
-    numpy too."""
+    tiles at once) against one block of every tile row (at least 8 d of them: the transforms by
+    residue, 8 tile rows at a time) and against the output channels split between threads (every
+    tile in one product, by residue too): the same bits, with row products on all sides, whose
+    sums do not depend on the column count. Within 2e-6 of float64 numpy too."""
     require("rowdot", kernels.ROWDOT, "row products not built here")
     monkeypatch.setattr(winograd_conv, "wino_rowdot_tiles", lambda cin: 1 << 30)
-    monkeypatch.setattr(winograd_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 1024)  # blocks of tile rows at 1500 samples
+    monkeypatch.setattr(winograd_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 1024)  # blocks of tile rows at 3000 samples
     wino = winograd_tables.VARIANTS[m]
-    cin, cout, length = 24, 40, 1500
+    cin, cout, length = 24, 40, 3000
+    rows = -(-length // (wino.m * d))
+    assert rows >= 8 * d, "the long block must take the transforms by residue (csrc/winograd.c, PG_WINO_SHORT)"
     rng = np.random.default_rng(d)
     w = rng.standard_normal((cout, cin, 7)).astype(np.float32)
     x = rng.standard_normal((cin, length)).astype(np.float32)
@@ -288,12 +290,13 @@ def test_conv_wino_short_blocks_give_the_long_blocks_bits(m, d, threads, monkeyp
     def build(g):
         return {"y": winograd_conv.conv_wino(g.ctx, g.input("u", u), g.input("x", x), d, g.keep, g.input("p", prev), wino)}
 
+    monkeypatch.setattr(winograd_conv, "WINO_MIN_TILES", 1 << 30)  # one block of every tile row
     long_blocks = _run(build, threads)["y"]
     monkeypatch.setattr(winograd_conv, "WINO_MIN_TILES", 1)
     monkeypatch.setattr(winograd_conv, "WINO_CHUNK_BYTES", 1)  # one tile row per block
     short_blocks = _run(build, threads)["y"]
     rel = _rel(short_blocks, _conv_ref(x, w, d, prev))
-    print(f"F({m},7) d={d}: blocks of one tile row vs long blocks: max abs "
+    print(f"F({m},7) d={d}: blocks of one tile row vs one block of {rows}: max abs "
           f"{np.abs(short_blocks - long_blocks).max():.1e}; rel max err vs numpy {rel:.2e}")
     assert rel <= WINO_REL_MAX[m]
     assert np.array_equal(short_blocks, long_blocks)
