@@ -134,15 +134,13 @@ def _f16dot_probe(klib, ffi, mode: int, lanes: int) -> tuple[int, int]:
     return 0, 0
 
 
-# ggml's F16 and F32 products in register blocks (the "s2cpp" precision's matrix products), where
-# they reproduce this ggml build's sums; else ggml's mul_mat runs them.
-# Every 997th float bit pattern of each sign: 4.3 M values, about 10 ms at import.
-SINF_CHECK_STEP = 997
+# Every 1999th float bit pattern, each with both signs: 2.1 M values, 10-25 ms at import.
+SINF_CHECK_STEP = 1999
 
 
 def _sinf_check() -> tuple[int, str | None]:
     """(lanes, None) where the exact build's vector replica of glibc's sinf (csrc/elementwise.c)
-    gives this process's libm ``sinf`` bit for bit on every SINF_CHECK_STEP-th float of each sign
+    gives this process's libm ``sinf`` bit for bit on every SINF_CHECK_STEP-th float, of both signs
     (the Snake of the "s2cpp" precision then runs it), else (0, why): that Snake keeps libm's scalar
     ``sinf``, the same values more slowly. Checked, not assumed: another libm (an older glibc, its
     variant without FMA, musl) computes other bits."""
@@ -167,6 +165,8 @@ SINF = SINF_LANES > 0
 if EXACT_AVAILABLE and not SINF:
     log.info("libm's sinf in vectors unavailable: %s; the s2cpp Snake calls libm per value", SINF_UNAVAILABLE_REASON)
 
+# ggml's F16 and F32 products in register blocks (the "s2cpp" precision's matrix products), where
+# they reproduce this ggml build's sums; else ggml's mul_mat runs them.
 F16DOT_LANES, F16DOT_F32_TAIL, F16DOT_UNAVAILABLE_REASON = _f16dot_check()
 F16DOT = F16DOT_LANES > 0
 if EXACT_AVAILABLE and not F16DOT:

@@ -32,8 +32,11 @@ int pg_tensor_layout(int64_t * offsets) {
  * cos table there: the same float, as every step is odd in the negated inputs), rounded to float.
  * Not assumed: pg_sinf_exact_check compares it with the libm in this process before it is used. */
 #define PG_SINF_LANES 4
-static inline __m128 pg_sinf4(__m128 yf) {
-    const __m128i top = _mm_and_si128(_mm_srli_epi32(_mm_castps_si128(yf), 20), _mm_set1_epi32(0x7ff));
+static inline __m128i pg_sinf_top(__m128 yf) {  /* the top 12 bits of |y| below the sign */
+    return _mm_and_si128(_mm_srli_epi32(_mm_castps_si128(yf), 20), _mm_set1_epi32(0x7ff));
+}
+
+static inline __m128 pg_sinf4(__m128 yf, __m128i top) {
     const __m256d x = _mm256_cvtps_pd(yf);
     __m128i n = _mm256_cvttpd_epi32(_mm256_mul_pd(x, _mm256_set1_pd(0x1.45f306dc9c883p+23)));
     n = _mm_srai_epi32(_mm_add_epi32(n, _mm_set1_epi32(0x800000)), 24);
@@ -65,10 +68,10 @@ static void pg_sinf_vector(const float * x, float * y, int64_t n) {
     int64_t i = 0;
     for (; i + 4 <= n; i += 4) {
         const __m128 v = _mm_loadu_ps(x + i);
-        const __m128i top = _mm_and_si128(_mm_srli_epi32(_mm_castps_si128(v), 20), _mm_set1_epi32(0x7ff));
+        const __m128i top = pg_sinf_top(v);
         const int big = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(top, _mm_set1_epi32(0x42e))));
         const float keep[4] = {x[i], x[i + 1], x[i + 2], x[i + 3]};  /* y may be x */
-        _mm_storeu_ps(y + i, pg_sinf4(v));
+        _mm_storeu_ps(y + i, pg_sinf4(v, top));
         for (int j = 0; big && j < 4; j++)
             if (big >> j & 1) y[i + j] = sinf(keep[j]);
     }
@@ -97,17 +100,20 @@ void pg_sinf_exact(const float * x, float * y, int64_t n) {
 }
 
 /* Floats whose vector sinf differs from libm's sinf, over the bit patterns b0, b0 + step, ... below
- * b1, with both signs (bitwise, NaN results compared as NaN); -1 where there is no vector code. */
+ * b1 (at most 2^31), each with both signs (bitwise, NaN results compared as NaN); -1 where there is
+ * no vector code or step is 0. */
 int64_t pg_sinf_exact_check(uint32_t b0, uint32_t b1, uint32_t step) {
 #if PG_SINF_LANES
+    if (!step) return -1;
     enum { N = 1024 };
     float x[N], got[N];
     int64_t differ = 0;
     for (uint64_t b = b0; b < b1;) {
         int m = 0;
-        for (; m < N && b < b1; m++, b += step) {
-            const uint32_t u = (uint32_t) b | (m & 1 ? 0x80000000u : 0u);
-            memcpy(x + m, &u, 4);
+        for (; m + 2 <= N && b < b1; m += 2, b += step) {
+            const uint32_t pos = (uint32_t) b, neg = pos | 0x80000000u;
+            memcpy(x + m, &pos, 4);
+            memcpy(x + m + 1, &neg, 4);
         }
         pg_sinf_vector(x, got, m);
         for (int i = 0; i < m; i++) {
@@ -121,22 +127,31 @@ int64_t pg_sinf_exact_check(uint32_t b0, uint32_t b1, uint32_t step) {
     return -1;
 #endif
 }
-#define PG_SINF(x, y, n) pg_sinf_exact(x, y, n)
+
+/* y = t + sin(a t)^2 / a with t = x + b (x itself without b), in ggml's float operations, over n
+ * values in chunks of 256 whose sines go through pg_sinf_exact: alpha and bias one value each
+ * (a_step, b_step 0: a row's) or one per value (1: a channels-last row's). */
+static inline __attribute__((always_inline)) void snake_exact(float * restrict y, const float * restrict x, const float * a, int64_t a_step,
+                        const float * b, int64_t b_step, int64_t n) {
+    float t[256], s[256];
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        const int64_t m = n - i0 < 256 ? n - i0 : 256;
+        for (int64_t i = 0; i < m; i++) {
+            t[i] = b ? x[i0 + i] + b[(i0 + i) * b_step] : x[i0 + i];
+            s[i] = a[(i0 + i) * a_step] * t[i];
+        }
+        pg_sinf_exact(s, s, m);
+        for (int64_t i = 0; i < m; i++) y[i0 + i] = t[i] + s[i] * s[i] / a[(i0 + i) * a_step];
+    }
+}
 #endif
 
 /* y = x + sin(a x)^2 / a over [n] values sharing one alpha */
 static void snake_run(float * restrict y, const float * restrict x, int64_t n, float a) {
-    const float inv = 1.0f / a;
-    (void) inv;
 #ifdef PG_EXACT
-    float s[256];
-    for (int64_t i0 = 0; i0 < n; i0 += 256) {
-        const int64_t m = n - i0 < 256 ? n - i0 : 256;
-        for (int64_t i = 0; i < m; i++) s[i] = a * x[i0 + i];
-        PG_SINF(s, s, m);
-        for (int64_t i = 0; i < m; i++) y[i0 + i] = x[i0 + i] + PG_OVER(s[i] * s[i], a, inv);
-    }
+    snake_exact(y, x, &a, 0, NULL, 0, n);
 #else
+    const float inv = 1.0f / a;
     for (int64_t i = 0; i < n; i++) {
         const float s = sinf(a * x[i]);
         y[i] = x[i] + PG_OVER(s * s, a, inv);
@@ -147,13 +162,7 @@ static void snake_run(float * restrict y, const float * restrict x, int64_t n, f
 /* alpha per element of a row (channels-last rows) */
 static void snake_vec(float * restrict y, const float * restrict x, const float * restrict a, int64_t n) {
 #ifdef PG_EXACT
-    float s[256];
-    for (int64_t i0 = 0; i0 < n; i0 += 256) {
-        const int64_t m = n - i0 < 256 ? n - i0 : 256;
-        for (int64_t i = 0; i < m; i++) s[i] = a[i0 + i] * x[i0 + i];
-        PG_SINF(s, s, m);
-        for (int64_t i = 0; i < m; i++) y[i0 + i] = x[i0 + i] + s[i] * s[i] / a[i0 + i];
-    }
+    snake_exact(y, x, a, 1, NULL, 0, n);
 #else
     for (int64_t i = 0; i < n; i++) {
         const float s = sinf(a[i] * x[i]);
@@ -384,24 +393,8 @@ void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
             const float * xi = xs + i + j0;
             float * y = f16 ? tmp : (float *) dst->data + i + j0;
 #ifdef PG_EXACT
-            float t[256], sn[256];
-            if (per_row) {
-                const float a = al[r], b = bs[r];
-                for (int64_t k = 0; k < m; k++) {
-                    t[k] = xi[k] + b;
-                    sn[k] = a * t[k];
-                }
-                PG_SINF(sn, sn, m);
-                for (int64_t k = 0; k < m; k++) y[k] = t[k] + sn[k] * sn[k] / a;
-            } else {
-                const float * a = al + c + j0, * b = bs + c + j0;
-                for (int64_t k = 0; k < m; k++) {
-                    t[k] = xi[k] + b[k];
-                    sn[k] = a[k] * t[k];
-                }
-                PG_SINF(sn, sn, m);
-                for (int64_t k = 0; k < m; k++) y[k] = t[k] + sn[k] * sn[k] / a[k];
-            }
+            if (per_row) snake_exact(y, xi, al + r, 0, bs + r, 0, m);
+            else snake_exact(y, xi, al + c + j0, 1, bs + c + j0, 1, m);
 #else
             if (per_row) {
                 const float a = al[r], b = bs[r], inv = 1.0f / a;
