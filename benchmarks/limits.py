@@ -243,7 +243,7 @@ def machine_kind(model: str, flags) -> str:
 
 
 def machine() -> dict:
-    """CPU model, ISA flags, cores, the BLAS and its kernel, ggml's build flags, load."""
+    """CPU model, ISA flags, cores, the BLAS and its kernel, ggml's build flags."""
     from pyggml_codec.backend import binding, kernels
 
     cpu = _cpuinfo()
@@ -265,8 +265,7 @@ def machine() -> dict:
     return {"model": cpu["model"], "flags": sorted(f for f in ISA_FLAGS if f in cpu["flags"]),
             "kind": machine_kind(cpu["model"], cpu["flags"]), "cpus": os.cpu_count(),
             "blas": blas, "ggml": f"ggml {binding.ggml_version()}: {' '.join(ggml)}; llamafile "
-                                  f"{'on' if binding.has_llamafile() else 'off'}",
-            "load": os.getloadavg()}
+                                  f"{'on' if binding.has_llamafile() else 'off'}"}
 
 
 OTHERS_LOADED = 0.10  # the machine line says "loaded" past this share of the CPUs' time used by others

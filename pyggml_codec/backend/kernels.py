@@ -242,7 +242,7 @@ def col2im(ctx, cols, k: int, stride: int, keep: list, prev=None):
                               params.ctypes.data_as(ctypes.c_void_p))
 
 
-def im2col_supported(dst_type: int, k: int, with_prev: bool = False, dilation: int = 1) -> bool:
+def im2col_supported(dst_type: int, k: int, with_prev: bool, dilation: int) -> bool:
     """For F16 columns: there ggml's im2col ran at 0.8-1.0 GB/s and this one at 2.7-4.5
     (same run). For F32 columns of an undilated conv (the encoder's strided convs), this one
     copies each channel's taps as whole vectors, a column at a time, with streaming stores:

@@ -75,7 +75,7 @@ def _conv_input_type(g: Builder) -> int:
     return F16 if g.f16_convs else F32
 
 
-def _kernel_im2col(g: Builder, w: Tensor, x_cf: Tensor, with_prev: bool = False, dilation: int = 1) -> bool:
+def _kernel_im2col(g: Builder, w: Tensor, x_cf: Tensor, with_prev: bool, dilation: int) -> bool:
     """Whether the compiled im2col takes these columns: F16 ones, and F32 ones where it reads a
     carried context in place or copies an undilated conv's contiguous input (kernels.im2col_supported);
     an F32 input it would first have to copy stays with ggml's op."""
@@ -96,7 +96,7 @@ def im2col(g: Builder, w: Tensor, x_cf: Tensor, stride: int, pad: int, dilation:
     if n_out < 1:
         raise ValueError(f"conv input of {length} samples is shorter than its kernel ({k}, dilation {dilation})")
     dst_type = _conv_input_type(g)
-    if prev is not None or _kernel_im2col(g, w, x_cf, dilation=dilation):
+    if prev is not None or _kernel_im2col(g, w, x_cf, with_prev=False, dilation=dilation):
         x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
         g.lowerings["im2col"] = "custom"
         return kernels.im2col(g.ctx, x_cf, k, stride, dilation, pad, n_out, dst_type, g.keep, prev)

@@ -253,7 +253,7 @@ static inline void pg_im2col_f16_8(const float * x, int64_t d, int64_t K, uint16
    larger than the caches are written without first being read. Edge taps are zeros. */
 static void pg_im2col_f32_d1(const float * xs, int64_t L, int64_t IC, int64_t K, int64_t s, int64_t p,
                              float * out, int64_t row, int64_t t0, int64_t t1) {
-#if defined(__AVX__)
+#if defined(__SSE2__)
     const int stream = K % 4 == 0 && ((uintptr_t) out) % 16 == 0;
 #endif
     for (int64_t t = t0; t < t1; t++) {
@@ -268,7 +268,7 @@ static void pg_im2col_f32_d1(const float * xs, int64_t L, int64_t IC, int64_t K,
             continue;
         }
         const float * src = xs + base;
-#if defined(__AVX__)
+#if defined(__SSE2__)
         if (stream) {
             for (int64_t ic = 0; ic < IC; ic++, src += L, o += K)
                 for (int64_t k = 0; k < K; k += 4) _mm_stream_ps(o + k, _mm_loadu_ps(src + k));
@@ -279,12 +279,14 @@ static void pg_im2col_f32_d1(const float * xs, int64_t L, int64_t IC, int64_t K,
             int64_t k = 0;
 #if defined(__AVX__)
             for (; k + 8 <= K; k += 8) _mm256_storeu_ps(o + k, _mm256_loadu_ps(src + k));
+#endif
+#if defined(__SSE2__)
             for (; k + 4 <= K; k += 4) _mm_storeu_ps(o + k, _mm_loadu_ps(src + k));
 #endif
             for (; k < K; k++) o[k] = src[k];
         }
     }
-#if defined(__AVX__)
+#if defined(__SSE2__)
     if (stream) _mm_sfence();
 #endif
 }

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <pthread.h>
-#if defined(__F16C__) || defined(__AVX__)
+#if defined(__F16C__) || defined(__AVX__) || defined(__SSE2__)
 #include <immintrin.h>
 #endif
 
