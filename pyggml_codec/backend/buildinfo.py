@@ -121,6 +121,7 @@ def build_info() -> dict:
         "openmp": "OPENMP" in enabled,
         "machine_isa_unused_by_build": unused,
         "kernels": {"compiled": kernels.AVAILABLE, "reason": kernels.UNAVAILABLE_REASON},
+        "exact_kernels": exact_kernels(),
         "blas": kernels.BLAS.describe() if kernels.BLAS is not None else {"reason": kernels.BLAS_UNAVAILABLE_REASON},
         "warnings": [],
     }
@@ -132,6 +133,26 @@ def build_info() -> dict:
             f"this machine has {', '.join(unused)} but the ggml build does not use it (a wheel built "
             f"elsewhere, e.g. from pip's cache); rebuild: {REBUILD.format(version=info['ggml_python'])}")
     return info
+
+
+def exact_kernels() -> dict:
+    """What the "s2cpp" precision's compiled kernels run here: ggml's products in register blocks
+    (lanes, or why ggml's mul_mat runs them) and libm's sinf in vectors (lanes, or why the Snake
+    calls libm per value). Either way the values are ggml's."""
+    return {"compiled": kernels.EXACT_AVAILABLE, "reason": kernels.EXACT_UNAVAILABLE_REASON,
+            "products_lanes": kernels.F16DOT_LANES, "products_reason": kernels.F16DOT_UNAVAILABLE_REASON,
+            "sinf_lanes": kernels.SINF_LANES, "sinf_reason": kernels.SINF_UNAVAILABLE_REASON}
+
+
+def format_exact_kernels(e: dict) -> str:
+    """One line for :func:`exact_kernels`."""
+    if not e["compiled"]:
+        return f"unavailable: {e['reason']} (the s2cpp precision runs ggml's ops)"
+    products = (f"ggml's products in blocks ({e['products_lanes']} lanes)" if e["products_lanes"]
+                else f"ggml's mul_mat ({e['products_reason']})")
+    sines = (f"libm's sinf in vectors ({e['sinf_lanes']} lanes)" if e["sinf_lanes"]
+             else f"libm's sinf per value ({e['sinf_reason']})")
+    return f"{products}; {sines}"
 
 
 def exact_word(e: dict) -> str:
@@ -156,6 +177,7 @@ def format_build_info(info: dict) -> str:
         f"s2cpp exact     {exact_word(info['s2cpp_exact'])}: {info['s2cpp_exact']['reason']}",
         f"OpenMP          {'on' if info['openmp'] else 'off'}",
         f"CPU kernels     {'compiled, in use on the CPU' if kern['compiled'] else 'unavailable: ' + str(kern['reason'])}",
+        f"s2cpp kernels   {format_exact_kernels(info['exact_kernels'])}",
         f"BLAS            {blas_line}",
     ]
     lines += [f"warning: {w}" for w in info["warnings"]]

@@ -110,3 +110,18 @@ def test_machine_isa_the_build_lacks_is_reported(monkeypatch):
     info = buildinfo.build_info()
     assert info["machine_isa_unused_by_build"] == ["AVX512"]
     assert any("--no-cache-dir --force-reinstall" in w for w in info["warnings"])
+
+
+def test_doctor_says_what_the_exact_kernels_run():
+    """The s2cpp precision's kernels: products in blocks and sinf in vectors where they reproduce
+    ggml and libm here, else the reason each falls back (same values, slower)."""
+    info = buildinfo.build_info()
+    e = info["exact_kernels"]
+    assert e["compiled"] == kernels.EXACT_AVAILABLE and e["sinf_lanes"] == kernels.SINF_LANES
+    line = next(l for l in buildinfo.format_build_info(info).splitlines() if l.startswith("s2cpp kernels"))
+    print(line)
+    off = dict(e, compiled=True, products_lanes=0, products_reason="no AVX2", sinf_lanes=0, sinf_reason="another libm")
+    assert buildinfo.format_exact_kernels(off) == "ggml's mul_mat (no AVX2); libm's sinf per value (another libm)"
+    on = dict(e, compiled=True, products_lanes=16, sinf_lanes=4)
+    assert buildinfo.format_exact_kernels(on) == "ggml's products in blocks (16 lanes); libm's sinf in vectors (4 lanes)"
+    assert "unavailable: x" in buildinfo.format_exact_kernels(dict(e, compiled=False, reason="x"))
