@@ -70,10 +70,17 @@ static void pg_sinf_vector(const float * x, float * y, int64_t n) {
         const __m128 v = _mm_loadu_ps(x + i);
         const __m128i top = pg_sinf_top(v);
         const int big = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(top, _mm_set1_epi32(0x42e))));
-        const float keep[4] = {x[i], x[i + 1], x[i + 2], x[i + 3]};  /* y may be x */
-        _mm_storeu_ps(y + i, pg_sinf4(v, top));
-        for (int j = 0; big && j < 4; j++)
-            if (big >> j & 1) y[i + j] = sinf(keep[j]);
+        const __m128 out = pg_sinf4(v, top);
+        if (!big) {
+            _mm_storeu_ps(y + i, out);
+            continue;
+        }
+        float in[4], o[4];  /* libm for the lanes past the replica's range (v holds the inputs: y may be x) */
+        _mm_storeu_ps(in, v);
+        _mm_storeu_ps(o, out);
+        for (int j = 0; j < 4; j++)
+            if (big >> j & 1) o[j] = sinf(in[j]);
+        memcpy(y + i, o, sizeof o);
     }
     for (; i < n; i++) y[i] = sinf(x[i]);
 }
