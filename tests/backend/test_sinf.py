@@ -30,7 +30,9 @@ def _replica(require):
 
 
 def _klib():
-    return kernels._EXACT["module"].lib, kernels._EXACT["module"].ffi
+    from pyggml_codec.backend import _kernels_exact  # the exact build's compiled module
+
+    return _kernels_exact.lib, _kernels_exact.ffi
 
 
 def _libm_sinf():
@@ -104,12 +106,12 @@ def test_random_floats_against_libm_through_ctypes(replica):
 
 
 @pytest.fixture(params=["replica", "libm"])
-def sinf_path(request, require):
+def sinf_path(request):
     """The exact Snake's sines by the replica (where it is on) or by libm's scalar sinf (the path of
     builds and machines without it), switched for the test and restored after."""
     klib = _klib()[0] if kernels.EXACT_AVAILABLE else None
     if request.param == "replica":
-        require("sinf", kernels.SINF, f"libm's sinf in vectors unavailable: {kernels.SINF_UNAVAILABLE_REASON}")
+        request.getfixturevalue("replica")
     elif klib is not None:
         klib.pg_sinf_exact_use(0)
     yield request.param
