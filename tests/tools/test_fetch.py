@@ -39,7 +39,7 @@ class Server:
         self.truncate_after = None  # every 206 body from byte cut_from on stops after this many bytes
         self.cut_from = 0
         self.drop_once_after = None  # the next 206 body stops after this many bytes, once
-        self.served: list[tuple[str, int, int]] = []  # (path, start, end) of each body sent
+        self.served: list[tuple[str, int, int]] = []  # (path, start, end) of each body, in sending order
         self.headers: list[tuple[str, dict]] = []
         self.lock = threading.Lock()
         server = self
@@ -94,14 +94,15 @@ class Server:
                 if self.drop_once_after is not None:
                     limit, self.drop_once_after = self.drop_once_after, None
             cut = end if limit is None else min(end, start + limit)
+        # Recorded before the body goes out: the client may read it and send its next request
+        # before this thread runs again, so a record made after the write can land out of order.
+        with self.lock:
+            self.served.append((h.path, start, cut))
         try:
             h.wfile.write(data[start:cut])
             h.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             return
-        finally:
-            with self.lock:
-                self.served.append((h.path, start, cut))
         if cut < end:
             h.close_connection = True
 
