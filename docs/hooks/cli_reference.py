@@ -64,7 +64,6 @@ def _subcommands(parser: argparse.ArgumentParser):
 
 
 def _section(name: str, sub: argparse.ArgumentParser, summary: str) -> list[str]:
-    os.environ["COLUMNS"] = "100"
     usage = sub.format_usage().strip().removeprefix("usage: ")
     lines = [f"## {name}", ""]
     description = sub.description or summary
@@ -85,13 +84,19 @@ def _section(name: str, sub: argparse.ArgumentParser, summary: str) -> list[str]
 # Defaults that `--help` reads from the environment: the page shows what they are on a machine
 # that sets none of them, with the home folder written as "~", never the build machine's own.
 MACHINE_ENV = ("HF_HOME", "XDG_CACHE_HOME", "PYGGML_CODEC_CACHE", "HF_ENDPOINT")
+PAGE_HOME = "/home/page-user"
 
 
 def cli_markdown() -> str:
     """The CLI reference as Markdown: a summary table, then one section per command."""
     from pyggml_codec.cli.main import get_parser
 
-    saved = {k: os.environ.pop(k) for k in MACHINE_ENV if k in os.environ}
+    saved = {k: os.environ.get(k) for k in (*MACHINE_ENV, "HOME", "COLUMNS")}
+    for k in MACHINE_ENV:
+        os.environ.pop(k, None)
+    # A home folder of its own, written as "~" below: replacing the machine's home text would
+    # turn every "/" into "~" where home is "/". Usage lines wrapped at 100 columns.
+    os.environ.update(HOME=PAGE_HOME, COLUMNS="100")
     try:
         parser = get_parser()
         commands = list(_subcommands(parser))
@@ -101,8 +106,12 @@ def cli_markdown() -> str:
         for name, sub, summary in commands:
             lines += _section(name, sub, summary)
     finally:
-        os.environ.update(saved)
-    return "\n".join(lines).replace(str(Path.home()), "~")
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return "\n".join(lines).replace(PAGE_HOME + "/", "~/")
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 - MkDocs hook signature

@@ -81,7 +81,8 @@ def test_every_option_with_a_default_states_it():
     assert not missing, "\n".join(missing)
 
 
-def test_options_mean_the_same_everywhere():
+def test_options_mean_the_same_everywhere(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")  # argparse wraps at COLUMNS: the phrases below stay whole
     commands = _commands()
     for name, parser in commands.items():
         options = {s: a for a in parser._actions for s in a.option_strings}

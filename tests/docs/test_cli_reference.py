@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
 from devscripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,9 +37,21 @@ def test_the_marker_is_replaced_and_other_pages_are_left_alone():
     assert hook.on_page_markdown("# other", None, None, None) == "# other"
 
 
-def test_the_page_names_no_folder_of_the_build_machine(monkeypatch, tmp_path):
+@pytest.mark.parametrize("home", ["tmp", "/"])
+def test_the_page_names_no_folder_of_the_build_machine(monkeypatch, tmp_path, home):
+    """Whatever the build machine's home (a folder, or "/" as in some containers) and HF_HOME."""
+    home = str(tmp_path / "home") if home == "tmp" else home
+    monkeypatch.setenv("HOME", home)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     text = _hook().cli_markdown()
-    assert str(Path.home()) not in text and str(tmp_path) not in text
-    assert "~/.cache/huggingface/pyggml_codec" in text
+    assert str(tmp_path) not in text and "~/.cache/huggingface/pyggml_codec" in text
+    assert text.count("~") == text.count("~/")  # only the home folder became "~", no other "/"
+    assert os.environ["HOME"] == home  # restored
+
+
+def test_the_page_leaves_the_environment_as_it_found_it(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    _hook().cli_markdown()
+    assert "COLUMNS" not in os.environ and os.environ["HF_ENDPOINT"] == "http://127.0.0.1:9"
 
