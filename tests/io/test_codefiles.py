@@ -279,7 +279,10 @@ def _parses_or_refuses(data: bytes, kind: str) -> None:
     assert cf.codes.dtype == np.int32 and cf.codes.ndim == 2
 
 
-PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The same 200 inputs on every run and machine (no example database in the working folder): a
+# failure here reproduces. Longer searches: raise max_examples and drop derandomize locally.
+PROPERTY = settings(max_examples=200, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROPERTY
