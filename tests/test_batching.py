@@ -13,6 +13,7 @@ from pyggml_codec.backend.ggml_graph import Graph
 # f32: the same sums as one stream's graph except where Winograd tiles and the BLAS/ggml choice
 # of a product fall differently with the packed length; measured 3-4e-7 (tiny), like one stream's.
 F32_MAX_ABS = 1e-6
+F32_FULL_MAX_ABS = 2e-6  # the full-size model's bound (test_streaming.py)
 S2CPP_MAX_ABS = 1e-3  # F16 conv inputs turn those differences into ulp flips (test_streaming.py)
 
 
@@ -229,4 +230,4 @@ def test_batched_streams_full(full_model):
             got = _run(bsd, items, _schedule([40, 33, 20], seed=5, starts=[0, 2, 4], largest=3))
         for g, x in zip(got, items):
             _, err = report(f"full batched stream of {x.shape[1]}", g, _one_shot(c, x))
-            assert err <= F32_MAX_ABS
+            assert err <= F32_FULL_MAX_ABS

@@ -18,6 +18,9 @@ from pyggml_codec.streaming import windowed_schedule
 # column count: 1-2e-7 per tap, 3-4e-7 Winograd (tiny), 6-7e-7 (full). The latent stage
 # (attention by the fused op, row products at every width with AVX-512) matches bit for bit.
 F32_MAX_ABS = 1e-6
+# The full-size model's 6-7e-7 comes from more, longer sums whose rounding follows the BLAS
+# kernel and the vector width: 3x that, so another machine's kernels do not fail a correct stream.
+F32_FULL_MAX_ABS = 2e-6
 # s2cpp mode rounds every conv input to F16 (ulp 2^-11 ~ 4.9e-4 relative), which turns
 # those 1e-7 differences into ulp flips: the one-shot decode of a prefix already differs
 # from the same frames of a longer one-shot decode by ~2e-4 (printed as the baseline).
@@ -223,7 +226,7 @@ def test_stream_equals_one_shot_full(full_model):
         for sizes in ([16] * 9 + [6], [1] * 5 + _random_split(145, 3, largest=24)):
             got = _streamed(c, _chunks(codes, sizes))
             _, err = report(f"full stream f32 {sizes[:8]}...", got, want)
-            assert err <= F32_MAX_ABS
+            assert err <= F32_FULL_MAX_ABS
 
 
 @pytest.mark.parametrize("precision", ["f32", "s2cpp"])
