@@ -87,6 +87,57 @@ def test_manifest_and_byte_identity_with_directory_mode(tiny_model, tmp_path, ac
     assert again.count("skipped") == len(lengths) and again.count("encoded") == 0  # idempotent
 
 
+def _job_processes(leader: int) -> list[int]:
+    """The processes of a job started in a session of its own: its session's, and every
+    descendant of its leader (Ray may start its daemons in sessions of their own)."""
+    parent, session = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        parent[int(entry)], session[int(entry)] = int(fields[1]), int(fields[3])
+    found = {pid for pid, sid in session.items() if sid == leader}
+    todo = [leader]
+    while todo:
+        p = todo.pop()
+        for child in (c for c, pp in parent.items() if pp == p and c not in found):
+            found.add(child)
+            todo.append(child)
+    return sorted(found - {leader, os.getpid()})
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # dead, not yet reaped
+    except OSError:
+        return True
+
+
+def _kill_job(proc: subprocess.Popen) -> int:
+    """SIGKILL the job and wait until none of its processes runs: a Ray worker left running
+    could still write a file (or its temporary) while the resumed job runs."""
+    others = _job_processes(proc.pid) if os.path.isdir("/proc") else []
+    os.killpg(proc.pid, signal.SIGKILL)
+    for pid in others:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass  # already gone
+    proc.wait()
+    start = time.monotonic()
+    while not all(_gone(pid) for pid in others):
+        if time.monotonic() - start > HANG_S:
+            pytest.fail(f"processes of the killed job still run after {HANG_S} s: "
+                        f"{[pid for pid in others if not _gone(pid)]}")
+        time.sleep(0.05)
+    return len(others) + 1
+
+
 def test_resume_after_a_kill_encodes_only_the_rest(tiny_model, tmp_path):
     corpus, out = tmp_path / "corpus", tmp_path / "codes"
     lengths = _write_corpus(corpus, n_extra=40)
@@ -102,10 +153,10 @@ def test_resume_after_a_kill_encodes_only_the_rest(tiny_model, tmp_path):
             pytest.fail(f"the Ray job hung: fewer than 3 outputs after {HANG_S} s and still running")
         time.sleep(0.02)
     exited = proc.poll()
-    os.killpg(proc.pid, signal.SIGKILL)  # the driver and the local Ray it started
-    proc.wait()
+    killed = _kill_job(proc)  # the driver and the local Ray it started, every process of it gone
     done = _outputs(out)
-    print(f"killed after {len(done)} of {len(lengths)} files ({time.monotonic() - start:.1f} s after the start)")
+    print(f"killed {killed} processes after {len(done)} of {len(lengths)} files "
+          f"({time.monotonic() - start:.1f} s after the start)")
     assert exited is None, f"the job exited (status {exited}) before its third output; it was never stopped partway"
     assert 3 <= len(done) < len(lengths), "the job was not stopped partway"
     for name in done:
