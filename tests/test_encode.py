@@ -97,11 +97,16 @@ def test_round_trip_matches_oracle(tiny_model, f32_codec):
 
 
 def test_causality_prefix_codes(f32_codec):
+    """A prefix's codes are the whole input's first codes. The two encodes multiply different
+    column counts, so latents may differ by ~1e-7: only a near-tie (margin < 1e-4) may flip."""
     x = signal(_n(4, 0), seed=8)
-    whole = f32_codec.encode(x)
+    whole = f32_codec.encode_details(x)
     t = 20
     prefix = f32_codec.encode(x[: t * 2048])
-    np.testing.assert_array_equal(prefix, whole[:, :t])
+    flips = prefix != whole.codes[:, :t]
+    print(f"prefix of {t} frames: {int(flips.sum())} of {flips.size} codes differ (bound: near-ties only)")
+    assert prefix.shape == whole.codes[:, :t].shape
+    assert np.all(whole.margins[:, :t][flips] < 1e-4), "only near-ties may flip"
 
 
 def test_margins_returned(f32_codec):

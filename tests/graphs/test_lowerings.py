@@ -93,7 +93,9 @@ def test_blocked_window_attention_equals_full(tiny_model, frames):
     report(f"blocked vs full attention pre_module, {frames} frames", ea.stages["pre_module"], eb.stages["pre_module"])
     np.testing.assert_allclose(ya, yb, rtol=0, atol=1e-6)
     np.testing.assert_allclose(ea.stages["pre_module"], eb.stages["pre_module"], rtol=0, atol=1e-5)
-    np.testing.assert_array_equal(ea.codes, eb.codes)
+    flips = ea.codes != eb.codes  # the pre_module differs by ~1e-6: only a near-tie may flip
+    print(f"blocked vs full attention: {int(flips.sum())} of {flips.size} codes differ (bound: near-ties only)")
+    assert np.all(eb.margins[flips] < 1e-4), "only near-ties may flip"
     rel, _ = report("blocked attention decode vs oracle", ya, oracle.decode(tiny_model.model, codes))
     assert rel <= F32_REL_RMS
 
