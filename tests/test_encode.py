@@ -9,6 +9,7 @@ import oracle
 import pyggml_codec
 from parity import code_agreement, rel_rms, report, signal
 from pyggml_codec import InputError
+from pyggml_codec.backend import binding
 
 # Latent and pre_module output in f32 mode: float32 rounding only (~1e-6 measured).
 F32_REL_RMS = 1e-5
@@ -16,8 +17,10 @@ F32_REL_RMS = 1e-5
 S2CPP_REL_RMS = 5e-3
 TIE = 1e-4  # codes are compared exactly where the oracle's top-2 cosine margin exceeds this
 # s2cpp: F16 rounding moves the latent by ~8e-4 rel RMS, so scores move by ~1e-3; codes are
-# compared where the margin exceeds that (99.5 % of the codes of the test signal).
-S2CPP_TIE = 1e-3
+# compared where the margin exceeds that (99.5 % of the codes of the test signal). A ggml built for
+# AVX512-FP16 also adds the F16 products in half precision: 1.1e-3 latent rel RMS (max abs 2.8e-3),
+# and a code at a margin of 1.03e-3 moves; there codes are compared past twice that margin.
+S2CPP_TIE = 2e-3 if binding.f16_dot_sums_in_half() else 1e-3
 
 # (seconds, extra samples): 7 s exceeds the 512-latent-frame encoder window; 3.3 s + 1234
 # samples is not a multiple of 2048 and makes ceil(n / 512) not a multiple of 4.
@@ -60,8 +63,10 @@ def test_encode_matches_oracle_tiny_f32(tiny_model, f32_codec, seconds, extra, p
 
 def test_encode_matches_oracle_tiny_s2cpp(tiny_model):
     """s2cpp against the f32 oracle. Measured: latent 8.2e-4 and pre_module 8.4e-4 rel RMS
-    (bound 5e-3); all 660 codes equal (smallest oracle margin 2.8e-4, 3 codes under 1e-3).
-    Every code whose margin exceeds S2CPP_TIE must be equal."""
+    (bound 5e-3); all 660 codes equal (smallest oracle margin 2.8e-4, 3 codes under 1e-3). With
+    AVX512-FP16's half sums: 1.1e-3 and 1.3e-3, 658 of 660 equal (a code at margin 1.03e-3, and a
+    later codebook of its frame). Every code whose margin exceeds S2CPP_TIE must be equal, but for
+    those after a near-tie flip in the same frame."""
     x = signal(_n(3, 1234), seed=5)
     with pyggml_codec.load(tiny_model.f16_path, backend="cpu", precision="s2cpp") as codec:
         r_lat, r_pre, clear = _check("tiny s2cpp/F16", codec, tiny_model.model, x, "code_frame", S2CPP_REL_RMS,
