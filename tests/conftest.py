@@ -16,7 +16,8 @@ import pytest
 
 # What PYGGML_REQUIRE may name: the compiled CPU kernels, a CBLAS sgemm for them, the row-product
 # kernel (a native AVX2+FMA+F16C or AVX-512 build with a BLAS), ggml's F16 product in blocks (the
-# exact build's, where ggml sums as it reproduces: not AVX512-FP16 builds), libm's sinf in vectors (the exact
+# exact build's, where ggml sums as it reproduces: native AVX2, AVX-512 and AVX512-FP16 builds without
+# LLAMAFILE), libm's sinf in vectors (the exact
 # build's, where it reproduces this libm), the [ray] extra, a Vulkan device.
 REQUIREMENTS = ("kernels", "blas", "rowdot", "f16dot", "sinf", "ray", "vulkan")
 

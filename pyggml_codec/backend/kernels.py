@@ -106,13 +106,12 @@ def _f16dot_check() -> tuple[int, int, str | None]:
     klib, ffi = _EXACT["module"].lib, _EXACT["module"].ffi
     lanes = int(klib.pg_f16dot_lanes())
     if not lanes:
-        return 0, 0, ("the exact kernels were built without AVX2 or AVX-512 (or with AVX512-FP16, whose sums "
-                      "ggml takes in half)")
+        return 0, 0, "the exact kernels were built without AVX2 or AVX-512"
     k, differ = _f16dot_probe(klib, ffi, 0, lanes)
     if differ:
         return 0, 0, (f"its F16 product ({lanes} lanes) does not sum as this ggml build's vec_dot "
                       f"(K = {k}: {differ} outputs differ)")
-    tail = next((mode for mode in (3, 2, 1) if _f16dot_probe(klib, ffi, mode, lanes) == (0, 0)), 0)
+    tail = next((mode for mode in (3, 4, 2, 1) if _f16dot_probe(klib, ffi, mode, lanes) == (0, 0)), 0)
     return lanes, tail, None
 
 
@@ -121,7 +120,9 @@ def _f16dot_probe(klib, ffi, mode: int, lanes: int) -> tuple[int, int]:
     F32 with that leftover mode) differ from ggml's vec_dot, else (0, 0)."""
     rng = np.random.default_rng(0)
     dtype = np.float32 if mode else np.float16
-    for k in (1, 7, 9, 4 * lanes - 1, 4 * lanes, 4 * lanes + 3, 4 * lanes + 23, 640, 1001):
+    # whole steps with and without leftovers, for the F16 product's lanes and for 16 float lanes (the
+    # F32 product's in a half build, where the F16 product has 32)
+    for k in sorted({1, 7, 9, 63, 64, 67, 87, 4 * lanes - 1, 4 * lanes, 4 * lanes + 3, 4 * lanes + 23, 640, 1001}):
         m, n = 5, 7
         a = (rng.standard_normal((m, k)) * rng.choice([1.0, 64.0], (m, 1))).astype(dtype)
         b = rng.standard_normal((n, k)).astype(dtype)

@@ -23,8 +23,8 @@ from graphrun import run_cpu_graph
 
 @pytest.fixture(autouse=True)
 def _f16dot(require):
-    """Skipped where the exact build's product does not reproduce this ggml build (an AVX512-FP16
-    ggml, or no AVX2), saying why; failed under PYGGML_REQUIRE=f16dot."""
+    """Skipped where the exact build's product does not reproduce this ggml build (no AVX2, or a
+    LLAMAFILE build), saying why; failed under PYGGML_REQUIRE=f16dot."""
     require("f16dot", kernels.F16DOT, f"ggml's F16 product in blocks unavailable: {kernels.F16DOT_UNAVAILABLE_REASON}")
 
 
@@ -47,6 +47,7 @@ def _bits_differ(x: np.ndarray, y: np.ndarray) -> int:
 @pytest.mark.parametrize("a_type,b_type", [(ops.F16, ops.F16), (ops.F16, ops.F32), (ops.F32, ops.F32)])
 @pytest.mark.parametrize("k,m,n,batch_a,batch_b,threads", [
     (5, 3, 1, 1, 1, 2), (63, 7, 9, 1, 1, 2), (87, 5, 7, 1, 1, 2), (64, 4, 6, 1, 1, 1), (65, 13, 11, 1, 1, 3),  # K below, at, past a step
+    (127, 7, 9, 1, 1, 2), (128, 4, 6, 1, 1, 1),  # below and at a step of 32 half lanes (an AVX512-FP16 ggml)
     (672, 96, 200, 1, 1, 2), (1001, 33, 17, 1, 1, 2),  # a conv's K (96 x 7), the columns split
     (256, 300, 5, 1, 1, 2),  # rows split (fewer columns than rows)
     (130, 20, 12, 2, 2, 1), (130, 20, 12, 1, 3, 2),  # batches; a broadcast over three
@@ -86,7 +87,7 @@ def test_f16dot_probe_runs_against_ggml():
     with pytest.raises(ValueError, match="two float16 or float32"):
         binding.vec_dot(np.ones(3, np.float16), np.ones(3, np.float32))
     from pyggml_codec.backend import buildinfo
-    assert {16: "avx512", 8: "avx2"}[lanes] == buildinfo.build_isa_key()
+    assert {32: "avx512fp16", 16: "avx512", 8: "avx2"}[lanes] == buildinfo.build_isa_key()
 
 
 def test_f16dot_refuses_what_it_cannot_read():

@@ -6,15 +6,16 @@
  * multiply-add and leaves the FMA units idle most of the time. The value of each output is
  * fixed by that function's summation order, not by how the outputs are grouped, so here an
  * R x C block of outputs shares its loads (R + C vector loads per R C multiply-adds) and every
- * output is still summed exactly as ggml_vec_dot_f16 sums it on x86 without AVX512-FP16:
+ * output is still summed exactly as ggml_vec_dot_f16 sums it on x86:
  *
- *   V lanes (16 with AVX-512, 8 with AVX2), STEP = 4 V, np = n rounded down to STEP;
+ *   V lanes (16 floats with AVX-512, 8 with AVX2; 32 halves in a build for AVX512-FP16, where
+ *   ggml multiplies and adds F16 values in half precision), STEP = 4 V, np = n rounded down to STEP;
  *   four accumulators x[j] (j < 4), lane l of x[j] the FMA chain over k = STEP s + V j + l;
  *   x[0] += x[2], x[1] += x[3], x[0] += x[1]; the lanes added by the same intrinsic ggml uses
- *   (_mm512_reduce_add_ps, or the 128-bit add and two hadds), widened to double;
- *   the k >= np leftovers added one by one in double, each product taken in float;
- *   the double rounded to float. (ggml_vec_dot_f32: the same lanes, the reduction and the
- *   leftovers in float.)
+ *   (_mm512_reduce_add_ps or _mm512_reduce_add_ph, or the 128-bit add and two hadds), widened
+ *   to double; the k >= np leftovers added one by one in double, each product taken in float;
+ *   the double rounded to float. (ggml_vec_dot_f32: 16 or 8 float lanes in every build, the
+ *   reduction and the leftovers in float.)
  *
  * Each accumulator is its own chain, so the block runs the four one after another (one pass
  * per j over the whole vectors: R C accumulators in registers instead of 4 R C).
@@ -23,7 +24,7 @@
  * rows equal those of this ggml build's own vec_dot, bit for bit (pg_f16dot_product, at import). */
 #include "pg_kernels.h"
 
-#if defined(__AVX512F__) && defined(__F16C__) && !defined(__AVX512FP16__)
+#if defined(__AVX512F__) && defined(__F16C__)
 #define GD_V 16
 #define GD_R 4
 #define GD_C 6
@@ -44,6 +45,10 @@ typedef __m512d gd_vd;
 #define GD_HLOAD(p) _mm256_loadu_ps(p)
 #define GD_WIDEN(v) _mm512_cvtps_pd(v)
 #define GD_BUILT 1
+#if defined(__AVX512FP16__)
+#define GD_HALF 1  /* ggml_vec_dot_f16 in half precision: GGML_F16x32, 32 lanes, steps of 128 */
+#define GH_V 32
+#endif
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(__AVX512F__)
 #define GD_V 8
 #define GD_R 3
@@ -72,10 +77,15 @@ typedef __m256d gd_vd;
 #else
 #define GD_BUILT 0
 #endif
+#ifndef GD_HALF
+#define GD_HALF 0
+#define GH_V GD_V
+#endif
 
 #if GD_BUILT
-int pg_f16dot_lanes(void) { return GD_V; }
-#define GD_STEP (4 * GD_V)
+int pg_f16dot_lanes(void) { return GH_V; }  /* the F16 product's lanes */
+#define GD_STEP (4 * GD_V)  /* ggml_vec_dot_f32's, and ggml_vec_dot_f16's outside a half build */
+#define GH_STEP (4 * GH_V)  /* ggml_vec_dot_f16's */
 
 /* Lane vector at k of an F16 row (f32 == 0) or of an F32 row */
 static inline __attribute__((always_inline)) gd_vf gd_at(const void * row, const int f32, int64_t k) {
@@ -104,8 +114,35 @@ static inline __attribute__((always_inline)) void gd_block(const int r, const in
     }
 }
 
+#if GD_HALF
+/* gd_block for F16 rows in a half build: the four accumulators of 32 half lanes, each lane an FMA chain
+ * rounded to half at every step, as GGML_F16x32_FMA (_mm512_fmadd_ph) leaves it; stored in xs in the
+ * place of a vector of GD_V floats (the same 64 bytes). np a multiple of GH_STEP. */
+static inline __attribute__((always_inline)) void gh_block(const int r, const int c, const void * const * a,
+                                                          const void * const * b, int64_t np, float * xs) {
+    for (int j = 0; j < 4; j++) {
+        __m512h acc[GD_R][GD_C];
+        for (int i = 0; i < r; i++)
+            for (int q = 0; q < c; q++) acc[i][q] = _mm512_setzero_ph();
+        for (int64_t k = (int64_t)j * GH_V; k < np; k += GH_STEP) {
+            __m512h bv[GD_C];
+            for (int q = 0; q < c; q++) bv[q] = _mm512_loadu_ph((const uint16_t *)b[q] + k);
+            for (int i = 0; i < r; i++) {
+                const __m512h av = _mm512_loadu_ph((const uint16_t *)a[i] + k);
+                for (int q = 0; q < c; q++) acc[i][q] = _mm512_fmadd_ph(av, bv[q], acc[i][q]);
+            }
+        }
+        for (int i = 0; i < r; i++)
+            for (int q = 0; q < c; q++) _mm512_storeu_ph(xs + ((j * GD_R + i) * GD_C + q) * GD_V, acc[i][q]);
+    }
+}
+#define GD_F16_BLOCK(R, C) gh_block(R, C, a, b, np, xs)
+#else
+#define GD_F16_BLOCK(R, C) gd_block(R, C, 0, a, b, np, xs)
+#endif
+
 static void gd_dispatch(int r, int c, int f32, const void * const * a, const void * const * b, int64_t np, float * xs) {
-#define GD_CASE(R, C) if (r == R && c == C) { if (f32) gd_block(R, C, 1, a, b, np, xs); else gd_block(R, C, 0, a, b, np, xs); return; }
+#define GD_CASE(R, C) if (r == R && c == C) { if (f32) gd_block(R, C, 1, a, b, np, xs); else GD_F16_BLOCK(R, C); return; }
 #if GD_R == 4
     GD_CASE(4, 6) GD_CASE(4, 5) GD_CASE(4, 4) GD_CASE(4, 3) GD_CASE(4, 2) GD_CASE(4, 1)
     GD_CASE(3, 6) GD_CASE(3, 5)
@@ -127,6 +164,20 @@ static inline float gd_reduce(const float * x0p, const float * x1p, const float 
     return gd_lanes(x0);
 }
 
+#if GD_HALF
+/* GGML_F16x32_REDUCE: the same tree in half precision, then the lanes by _mm512_reduce_add_ph */
+static inline double gh_reduce(const float * x0p, const float * x1p, const float * x2p, const float * x3p) {
+    __m512h x0 = _mm512_loadu_ph(x0p), x1 = _mm512_loadu_ph(x1p);
+    x0 = _mm512_add_ph(x0, _mm512_loadu_ph(x2p));
+    x1 = _mm512_add_ph(x1, _mm512_loadu_ph(x3p));
+    x0 = _mm512_add_ph(x0, x1);
+    return (double)_mm512_reduce_add_ph(x0);
+}
+#define GD_REDUCE_F16(x0, x1, x2, x3) gh_reduce(x0, x1, x2, x3)
+#else
+#define GD_REDUCE_F16(x0, x1, x2, x3) ((double)gd_reduce(x0, x1, x2, x3))
+#endif
+
 /* The r x c outputs of a block of F16 rows from their accumulators, as ggml_vec_dot_f16 ends before
  * its leftovers: the reduction widened to double. sums[i][q] (0 past r or c). */
 static void gd_reduce_block_f16(int r, int c, const float * xs, int64_t np, double sums[GD_R][GD_DL]) {
@@ -134,7 +185,7 @@ static void gd_reduce_block_f16(int r, int c, const float * xs, int64_t np, doub
     for (int i = 0; i < GD_R; i++)
         for (int q = 0; q < GD_DL; q++) {
             const float * x = xs + (i * GD_C + q) * GD_V;
-            sums[i][q] = np && i < r && q < c ? (double)gd_reduce(x, x + js, x + 2 * js, x + 3 * js) : 0.0;
+            sums[i][q] = np && i < r && q < c ? GD_REDUCE_F16(x, x + js, x + 2 * js, x + 3 * js) : 0.0;
         }
 }
 
@@ -142,7 +193,7 @@ static void gd_reduce_block_f16(int r, int c, const float * xs, int64_t np, doub
  * rows: the chains of a block's columns run side by side in the lanes of one vector of doubles
  * per row, the rows' and the blocks' vectors interleaved (2 GD_R independent chains: one after
  * another, each waited on its adds' latency). The leftovers come converted, shared by many
- * blocks: at[i GD_STEP + t] value np + t of row i (GD_R rows, rows past r any), bt[b][t GD_DL + q]
+ * blocks: at[i GH_STEP + t] value np + t of row i (GD_R rows, rows past r any), bt[b][t GD_DL + q]
  * that of column q of block b (0 past its columns). */
 static void gd_leftovers_f16(int nb, double sums[2][GD_R][GD_DL], const double * at, const float * const * bt,
                              int64_t left) {
@@ -158,7 +209,7 @@ static void gd_leftovers_f16(int nb, double sums[2][GD_R][GD_DL], const double *
     for (int64_t t = 0; t < left; t++) {
         const gd_vd v0 = GD_WIDEN(GD_HLOAD(bt[0] + t * GD_DL)), v1 = GD_WIDEN(GD_HLOAD(b1 + t * GD_DL));
         for (int i = 0; i < GD_R; i++) {
-            const gd_vd x = GD_DSET1(at[i * GD_STEP + t]);
+            const gd_vd x = GD_DSET1(at[i * GH_STEP + t]);
             acc[0][i] = GD_DFMA(x, v0, acc[0][i]);
             acc[1][i] = GD_DFMA(x, v1, acc[1][i]);
         }
@@ -171,11 +222,12 @@ static void gd_leftovers_f16(int nb, double sums[2][GD_R][GD_DL], const double *
  * ggml's compiler built that loop (the probe in kernels.py finds which):
  *   mode 1: a product then a sum each; mode 2: one FMA each;
  *   mode 3: GCC's vectorized loop: products in vectors of 16, then of 8, added in order, and the
- *   last L % 8 by FMA (one scalar iteration each). */
+ *   last L % 8 by FMA (one scalar iteration each);
+ *   mode 4: the same down to vectors of 4 (GCC 12 for Sapphire Rapids), the last L % 4 by FMA. */
 static inline float gd_finish_f32(const float * x, int64_t js, const float * a, const float * b, int64_t np,
                                   int64_t n, int mode) {
     float sum = x ? gd_reduce(x, x + js, x + 2 * js, x + 3 * js) : 0.0f;
-    const int64_t fused = mode == 2 ? np : mode == 3 ? n - (n - np) % 8 : n;  /* FMA from here */
+    const int64_t fused = mode == 2 ? np : mode == 3 ? n - (n - np) % 8 : mode == 4 ? n - (n - np) % 4 : n;  /* FMA from here */
     int64_t k = np;
     for (; k < fused; k++) {
         const float prod = a[k] * b[k];
@@ -200,7 +252,7 @@ static void gd_round_f16(const float * x, uint16_t * h, int64_t n) {
  * while the rows of a pass), blocks of GD_R x GD_C. */
 static void gd_product(const int f32, const void * a, int64_t lda, const void * b, int64_t ldb, int64_t m0, int64_t m1,
                        int64_t c0, int64_t c1, int64_t k, int64_t panel, float * c, int64_t ldc) {
-    const int64_t np = k / GD_STEP * GD_STEP;
+    const int64_t step = f32 ? GD_STEP : GH_STEP, np = k / step * step;
     const int64_t js = GD_R * GD_C * GD_V;  /* from accumulator j to j + 1 in xs */
     const size_t esz = f32 ? 4 : 2;
     float xs[4 * GD_R * GD_C * GD_V];
@@ -211,7 +263,7 @@ static void gd_product(const int f32, const void * a, int64_t lda, const void * 
     const int64_t left = k - np, bt_block = left * GD_DL;
     int slot = -1;
     float * bt = NULL;
-    double at[GD_R * GD_STEP];
+    double at[GD_R * GH_STEP];
     if (!f32 && left > 0) {
         bt = pg_scratch_take((size_t)((panel / GD_C) * bt_block), &slot);
         if (!bt) abort();
@@ -234,7 +286,7 @@ static void gd_product(const int f32, const void * a, int64_t lda, const void * 
             if (bt)
                 for (int i = 0; i < GD_R; i++)
                     for (int64_t t = 0; t < left; t++)
-                        at[i * GD_STEP + t] = (double)_cvtsh_ss(((const uint16_t *)ar[i < r ? i : 0])[np + t]);
+                        at[i * GH_STEP + t] = (double)_cvtsh_ss(((const uint16_t *)ar[i < r ? i : 0])[np + t]);
             double sums[2][GD_R][GD_DL];  /* F16: up to two blocks' sums, their leftovers added together */
             int pend = 0;
             int64_t pjb[2];
@@ -322,7 +374,7 @@ void pg_mul_mat_f16dot(void * dst_, int ith, int nth, void * userdata) {
     if (b_f32) pg_scratch_give((float *)hb, slot);
 }
 #else
-int pg_f16dot_lanes(void) { return 0; }  /* ggml's other sums (AVX512-FP16, no AVX2): not reproduced here */
+int pg_f16dot_lanes(void) { return 0; }  /* a build without AVX2 or F16C: ggml's products stay with ggml */
 int pg_f16dot_product(int f32, int64_t m, int64_t n, int64_t k, const void * a, const void * b, float * c) {
     (void) f32; (void) m; (void) n; (void) k; (void) a; (void) b; (void) c;
     return 0;
