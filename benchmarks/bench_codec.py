@@ -87,6 +87,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def page_command(command: str, s2cpp: Path | None) -> str:
+    """The command line as the page shows it: the s2.cpp tree as S2CPP_TREE, not where it lies here."""
+    if s2cpp is None:
+        return command
+    return " ".join("S2CPP_TREE" if word in (str(s2cpp), f"{s2cpp}/") else word for word in command.split(" "))
+
+
 def build_models(tmp: Path, size: str = "full"):
     import models
     import oracle
@@ -417,7 +424,8 @@ def main(argv=None) -> int:
     import limits
     import pyggml_codec
 
-    command = args.command or " ".join(["python", "benchmarks/bench_codec.py", *(sys.argv[1:] if argv is None else argv)])
+    command = page_command(args.command or " ".join(["python", "benchmarks/bench_codec.py",
+                                                     *(sys.argv[1:] if argv is None else argv)]), args.s2cpp)
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     others = limits.OthersWatch().start()

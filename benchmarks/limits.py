@@ -219,7 +219,7 @@ def _cpuinfo() -> dict:
     return info
 
 
-ISA_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512fp16",
+ISA_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
              "avx512_vp2intersect", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
 
 
@@ -227,7 +227,7 @@ def isa_level(flags) -> str:
     """The widest of the ISA levels that decide these kernels' speed: avx512fp16, avx512bf16,
     avx512, avx2 or baseline."""
     flags = set(flags)
-    if "avx512fp16" in flags:
+    if flags & {"avx512_fp16", "avx512fp16"}:  # Linux's /proc/cpuinfo says avx512_fp16
         return "avx512fp16"
     if "avx512f" in flags:
         return "avx512bf16" if "avx512_bf16" in flags else "avx512"

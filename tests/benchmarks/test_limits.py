@@ -54,7 +54,7 @@ def test_stream_targets_are_judged_on_paired_runs():
 
 
 @pytest.mark.parametrize("model,flags,key", [
-    ("Intel(R) Xeon(R) Platinum 8480C", {"avx2", "avx512f", "avx512_bf16", "avx512fp16"},
+    ("Intel(R) Xeon(R) Platinum 8480C", {"avx2", "avx512f", "avx512_bf16", "avx512_fp16"},
      "intel-xeon-platinum-8480c-avx512fp16"),
     ("AMD EPYC 9654 96-Core Processor", {"avx2", "avx512f", "avx512_bf16"}, "amd-epyc-9654-avx512bf16"),
     ("AMD EPYC", {"avx2", "avx512f"}, "amd-epyc-avx512"),
@@ -192,3 +192,19 @@ def test_rows_get_their_floor_at_their_thread_count():
     assert table.count("\n") == 2  # header, rule, one row
     rows[0]["flops_uncounted"] = {"CUSTOM:new_kernel": 3}  # an op without a rule: the floor says so
     assert "(190.0 / 8.0 / 2.0, not counted: CUSTOM:new_kernel x3) |" in bench_codec.limits_table(rows)
+
+
+def test_page_command_names_the_s2cpp_tree_not_its_path():
+    import bench_codec
+
+    tree = Path("/somewhere/s2.cpp")
+    line = "bash scripts/bench.sh --seconds 1.4 --s2cpp /somewhere/s2.cpp --streams 16"
+    assert bench_codec.page_command(line, tree) == "bash scripts/bench.sh --seconds 1.4 --s2cpp S2CPP_TREE --streams 16"
+    assert bench_codec.page_command(line.replace("s2.cpp --", "s2.cpp/ --"), tree).count("S2CPP_TREE") == 1
+    assert bench_codec.page_command(line, None) == line
+
+
+def test_isa_level_reads_linux_flag_names():
+    # /proc/cpuinfo spells AVX512-FP16 "avx512_fp16"
+    assert limits.isa_level({"avx2", "avx512f", "avx512_bf16", "avx512_fp16"}) == "avx512fp16"
+    assert "avx512_fp16" in limits.ISA_FLAGS
