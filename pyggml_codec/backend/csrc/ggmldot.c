@@ -223,7 +223,8 @@ static void gd_leftovers_f16(int nb, double sums[2][GD_R][GD_DL], const double *
  *   mode 1: a product then a sum each; mode 2: one FMA each;
  *   mode 3: GCC's vectorized loop: products in vectors of 16, then of 8, added in order, and the
  *   last L % 8 by FMA (one scalar iteration each);
- *   mode 4: the same down to vectors of 4 (GCC 12 for Sapphire Rapids), the last L % 4 by FMA. */
+ *   mode 4: the same down to vectors of 4 (GCC 12, -march=native on an AVX512-FP16 Xeon), the last
+ *   L % 4 by FMA. */
 static inline float gd_finish_f32(const float * x, int64_t js, const float * a, const float * b, int64_t np,
                                   int64_t n, int mode) {
     float sum = x ? gd_reduce(x, x + js, x + 2 * js, x + 3 * js) : 0.0f;
