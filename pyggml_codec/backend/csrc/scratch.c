@@ -3,10 +3,17 @@
 /* Scratch buffers kept between calls: a fresh multi-MB malloc per call came back as fresh
  * pages, and clearing them took 15 % of a 64-channel conv's time. Slots are taken under a
  * lock (graphs may compute in several threads at once) and grown when too small; they
- * live as long as the process (a few MB per compute thread). */
+ * live as long as the process (a few MB per compute thread). Each starts on a cache line:
+ * malloc's large blocks start 16 bytes past a page, which split every 64-byte load of a row
+ * product across two lines (F32 row products over 384 channels: 62 GFLOP/s against 82). */
 #define PG_SCRATCH_SLOTS 64
 static pthread_mutex_t pg_scratch_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct { float * data; size_t n; int busy; } pg_scratch[PG_SCRATCH_SLOTS];
+
+static float * pg_scratch_alloc(size_t n) {
+    void * p = NULL;
+    return posix_memalign(&p, 64, sizeof(float) * (n ? n : 1)) == 0 ? p : NULL;
+}
 
 float * pg_scratch_take(size_t n, int * slot) {
     int pick = -1;
@@ -19,10 +26,10 @@ float * pg_scratch_take(size_t n, int * slot) {
     if (pick >= 0) pg_scratch[pick].busy = 1;
     pthread_mutex_unlock(&pg_scratch_lock);
     *slot = pick;
-    if (pick < 0) return malloc(sizeof(float) * n);  /* more threads than slots: uncached */
+    if (pick < 0) return pg_scratch_alloc(n);  /* more threads than slots: uncached */
     if (pg_scratch[pick].n < n) {
         free(pg_scratch[pick].data);
-        pg_scratch[pick].data = malloc(sizeof(float) * n);
+        pg_scratch[pick].data = pg_scratch_alloc(n);
         pg_scratch[pick].n = pg_scratch[pick].data ? n : 0;
     }
     return pg_scratch[pick].data;
