@@ -58,6 +58,10 @@ static inline float vsum(pg_vf v) { return pg_hsum8(v); }
 #else
 #define PG_RD_VECTOR 0
 #endif
+/* the cache budgets of the blocked loops (pg_rowdot) */
+#define PG_RD_L1_BYTES (24 << 10)
+#define PG_RD_L2_BYTES (512 << 10)
+#define PG_RD_BLOCK_COLS 64
 
 #if PG_RD_VECTOR
 int pg_rowdot_lanes(void) { return PG_RD_V; }
@@ -266,9 +270,18 @@ static void rd_dispatch(int r, int c, int h, const char * a, int64_t arow, const
 
 /* C[i * csi + j * csj] = beta C + sum_k A[i][k] B[j][k] for i < m, j < n: A rows of lda values of
  * a_kind (PG_RD_F32, PG_RD_F16 or PG_RD_Q8_0; K a multiple of 32 for Q8_0) from a, B rows at b + j
- * ldb (F32). Columns are taken in panels of at most
- * `panel` (their B rows stay in L2 while every row of A passes once per panel). Returns 0 where
- * this build has no vector code (the callers then use the BLAS). */
+ * ldb (F32). Returns 0 where this build has no vector code (the callers then use the BLAS).
+ *
+ * The loops, by shape (none changes a sum):
+ * - fewer than PG_RD_UP_COLS columns (a streamed chunk): each block of PG_RD_R rows once, the
+ *   columns PG_RD_C_NARROW at a time past it (F16 and Q8_0 rows converted per vector);
+ * - PG_RD_BLOCK_COLS or more, with PG_RD_C columns of K values within PG_RD_L1_BYTES: blocks of rows of at most
+ *   PG_RD_L2_BYTES as F32 (F16 and Q8_0 rows converted once per block), each crossed by panels
+ *   of columns of at most PG_RD_L1_BYTES: the panel stays in L1 while the rows stream from L2.
+ *   Rows in L1 and columns from L2, the other way round, ran 384-channel products at 0.8x;
+ * - else: columns in panels of at most `panel` (their B rows stay in L2 while every row
+ *   of A passes once per panel), F16 and Q8_0 rows of at most PG_RD_UP_MAX_K values converted
+ *   once per block of PG_RD_R rows and panel. */
 int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int a_kind, const float * b, int64_t ldb,
               float beta, float * c, int64_t csi, int64_t csj, int64_t panel) {
 #if PG_RD_VECTOR
@@ -276,51 +289,74 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
     const int tail = k > kv;
     const int64_t row = pg_rd_row_bytes(a_kind, lda);
     float ta[PG_RD_R * PG_RD_V], tb[PG_RD_C * PG_RD_V], out[PG_RD_R * PG_RD_C];
-    /* columns per block: PG_RD_C for F32 rows; F16 and Q8_0 rows, converted per vector, ran 8 columns
-       faster as 4 + 4 than as 6 + 2 */
     if (panel < PG_RD_C) panel = PG_RD_C;
-    /* F16 rows against a panel of at least PG_RD_UP_COLS columns: each block of rows upcast once
-       into af (exact), then taken as F32 rows, PG_RD_C columns at a time */
+    const int wide = n >= PG_RD_UP_COLS && kv > 0;
+    const int blocked = n >= PG_RD_BLOCK_COLS && kv > 0 && k * (int64_t)sizeof(float) * PG_RD_C <= PG_RD_L1_BYTES;
+    int64_t mc = m;  /* rows per block */
+    if (blocked) {
+        mc = PG_RD_L2_BYTES / (kv * (int64_t)sizeof(float)) / PG_RD_R * PG_RD_R;
+        mc = mc < PG_RD_R ? PG_RD_R : mc > m ? m : mc;
+        const int64_t np = PG_RD_L1_BYTES / (k * (int64_t)sizeof(float)) / PG_RD_C * PG_RD_C;
+        panel = np < panel ? np : panel;
+    }
+    /* converted rows: a block's (blocked), else a block of PG_RD_R rows' */
+    const int up_block = blocked && a_kind != PG_RD_F32;
+    const int up_rows = !blocked && wide && a_kind != PG_RD_F32 && kv <= PG_RD_UP_MAX_K;
     float * af = NULL;
     int slot = -1;
-    if (a_kind != PG_RD_F32 && kv > 0 && kv <= PG_RD_UP_MAX_K && (n < panel ? n : panel) >= PG_RD_UP_COLS)
-        af = pg_scratch_take((size_t)(PG_RD_R * kv), &slot);
+    if (up_block || up_rows) {
+        af = pg_scratch_take((size_t)((up_block ? mc : PG_RD_R) * kv), &slot);
+        if (!af) return 0;  /* out of memory: the callers use the BLAS */
+    }
     const int kind = af ? PG_RD_F32 : a_kind;
     const int64_t width = kind == PG_RD_F32 ? PG_RD_C : PG_RD_C_NARROW;
+    const int64_t arow = up_block ? kv * (int64_t)sizeof(float) : row;  /* bytes between the rows read */
     /* a block of rows' bytes spread over its kv / V vectors, in whole cache lines */
-    const int64_t pf_step = kv > 0 ? (PG_RD_R * row / (kv / PG_RD_V) + 63) / 64 * 64 : 0;
-    for (int64_t j0 = 0; j0 < n; j0 += panel) {
-        const int64_t j1 = j0 + panel < n ? j0 + panel : n;
-        for (int64_t i0 = 0; i0 < m; i0 += PG_RD_R) {
-            const int r = (int)(m - i0 < PG_RD_R ? m - i0 : PG_RD_R);
-            const char * ar = (const char *)a + (size_t)(i0 * row);
-            int64_t arow = row;
-            if (tail)
-                for (int i = 0; i < r; i++)
-                    for (int64_t q = 0; q < PG_RD_V; q++)
-                        ta[i * PG_RD_V + q] = kv + q < k ? pg_rd_value(ar + i * row, a_kind, kv + q) : 0.0f;
-            if (af) {
-                for (int i = 0; i < r; i++) {
-                    if (a_kind == PG_RD_F16) pg_f16_to_f32((const uint16_t *)(ar + i * row), af + i * kv, kv);
-                    else pg_q8_0_to_f32(ar + i * row, af + i * kv, kv);
-                }
-                ar = (const char *)af, arow = kv * (int64_t)sizeof(float);
+    const int64_t pf_step = kv > 0 ? (PG_RD_R * arow / (kv / PG_RD_V) + 63) / 64 * 64 : 0;
+    for (int64_t ib0 = 0; ib0 < m; ib0 += mc) {
+        const int64_t ib1 = ib0 + mc < m ? ib0 + mc : m;
+        const char * ab = (const char *)a + (size_t)(ib0 * row);  /* the block's rows, as read */
+        if (up_block) {
+            for (int64_t i = 0; i < ib1 - ib0; i++) {
+                if (a_kind == PG_RD_F16) pg_f16_to_f32((const uint16_t *)(ab + i * row), af + i * kv, kv);
+                else pg_q8_0_to_f32(ab + i * row, af + i * kv, kv);
             }
-            for (int64_t jb = j0; jb < j1; jb += width) {
-                const int cc = (int)(j1 - jb < width ? j1 - jb : width);
-                const float * br = b + jb * ldb;
+            ab = (const char *)af;
+        }
+        for (int64_t j0 = 0; j0 < n; j0 += panel) {
+            const int64_t j1 = j0 + panel < n ? j0 + panel : n;
+            for (int64_t i0 = ib0; i0 < ib1; i0 += PG_RD_R) {
+                const int r = (int)(ib1 - i0 < PG_RD_R ? ib1 - i0 : PG_RD_R);
+                const char * src = (const char *)a + (size_t)(i0 * row);  /* the rows as stored */
+                const char * ar = ab + (size_t)((i0 - ib0) * arow);
+                int64_t ra = arow;
                 if (tail)
-                    for (int j = 0; j < cc; j++)
-                        for (int64_t q = 0; q < PG_RD_V; q++) tb[j * PG_RD_V + q] = kv + q < k ? br[j * ldb + kv + q] : 0.0f;
-                /* the first column block of a panel fetches the next full block of rows */
-                const int fetch = jb == j0 && kv > 0 && i0 + 2 * PG_RD_R <= m;
-                const char * pf = fetch ? (const char *)a + (size_t)((i0 + PG_RD_R) * row) : NULL;
-                rd_dispatch(r, cc, kind, ar, arow, br, ldb, kv, ta, tb, tail, out, pf, pf_step);
-                for (int i = 0; i < r; i++)
-                    for (int j = 0; j < cc; j++) {
-                        float * o = c + (i0 + i) * csi + (jb + j) * csj;
-                        *o = beta == 0.0f ? out[i * cc + j] : beta * *o + out[i * cc + j];
+                    for (int i = 0; i < r; i++)
+                        for (int64_t q = 0; q < PG_RD_V; q++)
+                            ta[i * PG_RD_V + q] = kv + q < k ? pg_rd_value(src + i * row, a_kind, kv + q) : 0.0f;
+                if (up_rows) {
+                    for (int i = 0; i < r; i++) {
+                        if (a_kind == PG_RD_F16) pg_f16_to_f32((const uint16_t *)(src + i * row), af + i * kv, kv);
+                        else pg_q8_0_to_f32(src + i * row, af + i * kv, kv);
                     }
+                    ar = (const char *)af, ra = kv * (int64_t)sizeof(float);
+                }
+                for (int64_t jb = j0; jb < j1; jb += width) {
+                    const int cc = (int)(j1 - jb < width ? j1 - jb : width);
+                    const float * br = b + jb * ldb;
+                    if (tail)
+                        for (int j = 0; j < cc; j++)
+                            for (int64_t q = 0; q < PG_RD_V; q++) tb[j * PG_RD_V + q] = kv + q < k ? br[j * ldb + kv + q] : 0.0f;
+                    /* the first column block of a panel fetches the next full block of rows as read */
+                    const int fetch = jb == j0 && kv > 0 && i0 + 2 * PG_RD_R <= ib1 && !up_rows;
+                    const char * pf = fetch ? ar + (size_t)(PG_RD_R * arow) : NULL;
+                    rd_dispatch(r, cc, kind, ar, ra, br, ldb, kv, ta, tb, tail, out, pf, pf_step);
+                    for (int i = 0; i < r; i++)
+                        for (int j = 0; j < cc; j++) {
+                            float * o = c + (i0 + i) * csi + (jb + j) * csj;
+                            *o = beta == 0.0f ? out[i * cc + j] : beta * *o + out[i * cc + j];
+                        }
+                }
             }
         }
     }
