@@ -31,34 +31,63 @@ struct wino {
     int64_t ldy;
 };
 
-/* The first k of 8 lanes, for a masked load or store (k < 8). */
-#if defined(__AVX2__) && defined(__FMA__)
-static inline __m256i wino_lanes(int64_t k) {
+/* The transforms' vectors: WV tiles at a time, each lane the scalar loop's sums (a product, then
+ * fused multiply-adds in order), so the width changes no value: 16 with AVX-512 (the 8-lane
+ * transforms of a one-shot decode took 10 % of its time), else 8 with AVX2. wino_lanes(k): the
+ * first k lanes, for a masked load or store (k < WV). */
+#if defined(__AVX512F__) && defined(__FMA__)
+#define WV 16
+typedef __m512 wvec;
+typedef __mmask16 wmask;
+static inline wmask wino_lanes(int64_t k) { return (wmask)((1u << (k < WV ? k : WV)) - 1u); }
+#define WLOAD(p) _mm512_loadu_ps(p)
+#define WLOADM(p, k) _mm512_maskz_loadu_ps(k, p)
+#define WSTORE(p, v) _mm512_storeu_ps(p, v)
+#define WSTOREM(p, k, v) _mm512_mask_storeu_ps(p, k, v)
+#define WMUL(a, b) _mm512_mul_ps(a, b)
+#define WFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define WSET1(x) _mm512_set1_ps(x)
+#define WINO_VECTOR 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#define WV 8
+typedef __m256 wvec;
+typedef __m256i wmask;
+static inline wmask wino_lanes(int64_t k) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
+#define WLOAD(p) _mm256_loadu_ps(p)
+#define WLOADM(p, k) _mm256_maskload_ps(p, k)
+#define WSTORE(p, v) _mm256_storeu_ps(p, v)
+#define WSTOREM(p, k, v) _mm256_maskstore_ps(p, k, v)
+#define WMUL(a, b) _mm256_mul_ps(a, b)
+#define WFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define WSET1(x) _mm256_set1_ps(x)
+#define WINO_VECTOR 1
+#else
+#define WINO_VECTOR 0
 #endif
 
-/* v_p[q] = sum_r BT[p][r] e_{r % m}[q + r / m] for q < nb, p < n: 8 tiles at a time with
- * the n inputs in registers (n and m constant where inlined), the last 1 to 7 tiles through
- * masked loads and stores. Each lane sums a product, then fused multiply-adds in order: the
- * scalar loop's sums (builds without AVX2), so every tile gets the same bits wherever it lies. */
+/* v_p[q] = sum_r BT[p][r] e_{r % m}[q + r / m] for q < nb, p < n: WV tiles at a time with
+ * the n inputs in registers (n and m constant where inlined), the last ones through masked
+ * loads and stores. Each lane sums a product, then fused multiply-adds in order: the scalar
+ * loop's sums (builds without AVX2), so every tile gets the same bits wherever it lies. */
 static inline __attribute__((always_inline)) void wino_bt_n(const float * restrict bt, const int64_t n,
         const int64_t m, const float * restrict e, int64_t ng, int64_t nb, float * restrict v, int64_t plane) {
     int64_t q = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-    for (; q < nb; q += 8) {
-        const int whole = q + 8 <= nb;
-        const __m256i lanes = wino_lanes(nb - q);
-        __m256 in[PG_WINO_MAX_N];
+#if WINO_VECTOR
+    for (; q < nb; q += WV) {
+        const int whole = q + WV <= nb;
+        const wmask lanes = wino_lanes(nb - q);
+        wvec in[PG_WINO_MAX_N];
         for (int64_t r = 0; r < n; r++) {
             const float * src = e + (r % m) * ng + r / m + q;
-            in[r] = whole ? _mm256_loadu_ps(src) : _mm256_maskload_ps(src, lanes);
+            in[r] = whole ? WLOAD(src) : WLOADM(src, lanes);
         }
         for (int64_t p = 0; p < n; p++) {
-            __m256 acc = _mm256_mul_ps(_mm256_set1_ps(bt[p * n]), in[0]);
-            for (int64_t r = 1; r < n; r++) acc = _mm256_fmadd_ps(_mm256_set1_ps(bt[p * n + r]), in[r], acc);
-            if (whole) _mm256_storeu_ps(v + p * plane + q, acc);
-            else _mm256_maskstore_ps(v + p * plane + q, lanes, acc);
+            wvec acc = WMUL(WSET1(bt[p * n]), in[0]);
+            for (int64_t r = 1; r < n; r++) acc = WFMA(WSET1(bt[p * n + r]), in[r], acc);
+            if (whole) WSTORE(v + p * plane + q, acc);
+            else WSTOREM(v + p * plane + q, lanes, acc);
         }
     }
 #endif
@@ -80,31 +109,31 @@ static void wino_bt(const float * bt, int64_t n, int64_t m, const float * e, int
 }
 
 /* y[t0 + m d k] (i-th output of tile k) = sum_p A[i][p] m_p[k] for k < nq_i, i < m, where
- * m_p = mr + p * mplane: 8 tiles at a time with the n products in registers, the last 1 to 7
+ * m_p = mr + p * mplane: WV tiles at a time with the n products in registers, the last ones
  * through masked loads (the same sums in every lane, as in wino_bt_n). */
 static inline __attribute__((always_inline)) void wino_at_n(const float * restrict at, const int64_t n,
         const int64_t m, const float * restrict mr, int64_t mplane, int64_t nb, const int64_t * nq, float * yr,
         const int64_t * t0, int64_t step) {
     int64_t q = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-    for (; q < nb; q += 8) {  /* outputs at or past len (k >= nq[i]: the last tiles') not stored */
-        const int whole = q + 8 <= nb;
-        const __m256i lanes = wino_lanes(nb - q);
-        __m256 mv[PG_WINO_MAX_N];
+#if WINO_VECTOR
+    for (; q < nb; q += WV) {  /* outputs at or past len (k >= nq[i]: the last tiles') not stored */
+        const int whole = q + WV <= nb;
+        const wmask lanes = wino_lanes(nb - q);
+        wvec mv[PG_WINO_MAX_N];
         for (int64_t p = 0; p < n; p++)
-            mv[p] = whole ? _mm256_loadu_ps(mr + p * mplane + q) : _mm256_maskload_ps(mr + p * mplane + q, lanes);
+            mv[p] = whole ? WLOAD(mr + p * mplane + q) : WLOADM(mr + p * mplane + q, lanes);
         for (int64_t i = 0; i < m; i++) {
-            const int64_t kn = nq[i] - q < 8 ? nq[i] - q : 8;
+            const int64_t kn = nq[i] - q < WV ? nq[i] - q : WV;
             if (kn <= 0) continue;
-            __m256 acc = _mm256_mul_ps(_mm256_set1_ps(at[i * n]), mv[0]);
-            for (int64_t p = 1; p < n; p++) acc = _mm256_fmadd_ps(_mm256_set1_ps(at[i * n + p]), mv[p], acc);
+            wvec acc = WMUL(WSET1(at[i * n]), mv[0]);
+            for (int64_t p = 1; p < n; p++) acc = WFMA(WSET1(at[i * n + p]), mv[p], acc);
             float * yo = yr + t0[i] + step * q;
-            if (step == 1 && kn == 8) {
-                _mm256_storeu_ps(yo, acc);
+            if (step == 1 && kn == WV) {
+                WSTORE(yo, acc);
                 continue;
             }
-            float out[8];
-            _mm256_storeu_ps(out, acc);
+            float out[WV];
+            WSTORE(out, acc);
             for (int64_t k = 0; k < kn; k++) yo[step * k] = out[k];
         }
     }
