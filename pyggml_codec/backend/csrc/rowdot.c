@@ -288,7 +288,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
     const int64_t kv = k / PG_RD_V * PG_RD_V;
     const int tail = k > kv;
     const int64_t row = pg_rd_row_bytes(a_kind, lda);
-    float ta[PG_RD_R * PG_RD_V], tb[PG_RD_C * PG_RD_V], out[PG_RD_R * PG_RD_C];
+    float ta[PG_RD_R * PG_RD_V], out[PG_RD_R * PG_RD_C];
     if (panel < PG_RD_C) panel = PG_RD_C;
     const int wide = n >= PG_RD_UP_COLS && kv > 0;
     const int blocked = n >= PG_RD_BLOCK_COLS && kv > 0 && k * (int64_t)sizeof(float) * PG_RD_C <= PG_RD_L1_BYTES;
@@ -313,6 +313,14 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
     const int64_t arow = up_block ? kv * (int64_t)sizeof(float) : row;  /* bytes between the rows read */
     /* a block of rows' bytes spread over its kv / V vectors, in whole cache lines */
     const int64_t pf_step = kv > 0 ? (PG_RD_R * arow / (kv / PG_RD_V) + 63) / 64 * 64 : 0;
+    /* the K tails of a panel's columns, zero-padded to V values, made once per panel */
+    const int64_t most = n < panel ? n : panel;
+    float * tbp = NULL;
+    int tslot = -1;
+    if (tail && !(tbp = pg_scratch_take((size_t)(most * PG_RD_V), &tslot))) {
+        if (af) pg_scratch_give(af, slot);
+        return 0;  /* out of memory: the callers use the BLAS */
+    }
     for (int64_t ib0 = 0; ib0 < m; ib0 += mc) {
         const int64_t ib1 = ib0 + mc < m ? ib0 + mc : m;
         const char * ab = (const char *)a + (size_t)(ib0 * row);  /* the block's rows, as read */
@@ -325,6 +333,10 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
         }
         for (int64_t j0 = 0; j0 < n; j0 += panel) {
             const int64_t j1 = j0 + panel < n ? j0 + panel : n;
+            if (tail)
+                for (int64_t j = j0; j < j1; j++)
+                    for (int64_t q = 0; q < PG_RD_V; q++)
+                        tbp[(j - j0) * PG_RD_V + q] = kv + q < k ? b[j * ldb + kv + q] : 0.0f;
             for (int64_t i0 = ib0; i0 < ib1; i0 += PG_RD_R) {
                 const int r = (int)(ib1 - i0 < PG_RD_R ? ib1 - i0 : PG_RD_R);
                 const char * src = (const char *)a + (size_t)(i0 * row);  /* the rows as stored */
@@ -344,9 +356,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
                 for (int64_t jb = j0; jb < j1; jb += width) {
                     const int cc = (int)(j1 - jb < width ? j1 - jb : width);
                     const float * br = b + jb * ldb;
-                    if (tail)
-                        for (int j = 0; j < cc; j++)
-                            for (int64_t q = 0; q < PG_RD_V; q++) tb[j * PG_RD_V + q] = kv + q < k ? br[j * ldb + kv + q] : 0.0f;
+                    const float * tb = tail ? tbp + (jb - j0) * PG_RD_V : NULL;
                     /* the first column block of a panel fetches the next full block of rows as read */
                     const int fetch = jb == j0 && kv > 0 && i0 + 2 * PG_RD_R <= ib1 && !up_rows;
                     const char * pf = fetch ? ar + (size_t)(PG_RD_R * arow) : NULL;
@@ -361,6 +371,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
         }
     }
     if (af) pg_scratch_give(af, slot);
+    if (tbp) pg_scratch_give(tbp, tslot);
     return 1;
 #else
     (void) m; (void) n; (void) k; (void) a; (void) lda; (void) a_kind; (void) b; (void) ldb; (void) beta; (void) c;
