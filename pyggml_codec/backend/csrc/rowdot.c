@@ -62,6 +62,7 @@ static inline float vsum(pg_vf v) { return pg_hsum8(v); }
 #define PG_RD_L1_BYTES (24 << 10)
 #define PG_RD_L2_BYTES (512 << 10)
 #define PG_RD_BLOCK_COLS 64
+#define PG_RD_PF_SPREAD 8
 
 #if PG_RD_VECTOR
 int pg_rowdot_lanes(void) { return PG_RD_V; }
@@ -311,8 +312,6 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
     const int kind = af ? PG_RD_F32 : a_kind;
     const int64_t width = kind == PG_RD_F32 ? PG_RD_C : PG_RD_C_NARROW;
     const int64_t arow = up_block ? kv * (int64_t)sizeof(float) : row;  /* bytes between the rows read */
-    /* a block of rows' bytes spread over its kv / V vectors, in whole cache lines */
-    const int64_t pf_step = kv > 0 ? (PG_RD_R * arow / (kv / PG_RD_V) + 63) / 64 * 64 : 0;
     /* the K tails of a panel's columns, zero-padded to V values, made once per panel */
     const int64_t most = n < panel ? n : panel;
     float * tbp = NULL;
@@ -337,6 +336,13 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
                 for (int64_t j = j0; j < j1; j++)
                     for (int64_t q = 0; q < PG_RD_V; q++)
                         tbp[(j - j0) * PG_RD_V + q] = kv + q < k ? b[j * ldb + kv + q] : 0.0f;
+            /* few column blocks (a streamed chunk's): the fetches spread over all of them, so that
+               reads from memory go on through every block's products */
+            const int64_t nblk = (j1 - j0 + width - 1) / width;
+            const int64_t spread = nblk <= PG_RD_PF_SPREAD ? nblk : 1;
+            const int64_t share = (PG_RD_R * (up_block ? arow : row) / spread + 63) / 64 * 64;
+            /* a share spread over a block's kv / V vectors, in whole cache lines */
+            const int64_t pf_share = kv > 0 ? (share / (kv / PG_RD_V) + 63) / 64 * 64 : 0;
             for (int64_t i0 = ib0; i0 < ib1; i0 += PG_RD_R) {
                 const int r = (int)(ib1 - i0 < PG_RD_R ? ib1 - i0 : PG_RD_R);
                 const char * src = (const char *)a + (size_t)(i0 * row);  /* the rows as stored */
@@ -357,10 +363,13 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
                     const int cc = (int)(j1 - jb < width ? j1 - jb : width);
                     const float * br = b + jb * ldb;
                     const float * tb = tail ? tbp + (jb - j0) * PG_RD_V : NULL;
-                    /* the first column block of a panel fetches the next full block of rows as read */
-                    const int fetch = jb == j0 && kv > 0 && i0 + 2 * PG_RD_R <= ib1 && !up_rows;
-                    const char * pf = fetch ? ar + (size_t)(PG_RD_R * arow) : NULL;
-                    rd_dispatch(r, cc, kind, ar, ra, br, ldb, kv, ta, tb, tail, out, pf, pf_step);
+                    /* the next full block of rows as read (rows converted per block: as stored, which
+                       the conversion reads) is fetched by the first `spread` column blocks, a share each */
+                    const int64_t t = (jb - j0) / width;
+                    const int fetch = t < spread && kv > 0 && i0 + 2 * PG_RD_R <= ib1;
+                    const char * pf = !fetch ? NULL
+                        : (up_rows ? src + (size_t)(PG_RD_R * row) : ar + (size_t)(PG_RD_R * arow)) + t * share;
+                    rd_dispatch(r, cc, kind, ar, ra, br, ldb, kv, ta, tb, tail, out, pf, pf_share);
                     for (int i = 0; i < r; i++)
                         for (int j = 0; j < cc; j++) {
                             float * o = c + (i0 + i) * csi + (jb + j) * csj;
