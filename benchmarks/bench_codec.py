@@ -15,7 +15,7 @@ Every row also stands against the machine's own limits (limits.py), measured in 
 the row's thread count: the graph's operations as executed (pyggml_codec.backend.flops: products,
 Winograd transforms, elementwise, counted over every graph the call computed), numpy's SGEMM
 rate (1024^3 and the codec's three heaviest product shapes, best of 5), the floor = operations /
-the 1024^3 rate, and each engine's time / floor. --streams adds the chunk-1 streaming targets per
+the 1024^3 rate measured around the row's own timed runs, and each engine's time / floor. --streams adds the chunk-1 streaming targets per
 byte read on the F16 file and on its Q8_0 quantization. --page writes the tables as this machine
 kind's section of the performance page (docs/performance.md), keeping other kinds' sections.
 With --s2cpp TREE the s2cpp rows are also timed against s2.cpp itself (its harness is built first).
@@ -24,6 +24,7 @@ With --s2cpp TREE the s2cpp rows are also timed against s2.cpp itself (its harne
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -151,7 +152,9 @@ def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int, stre
         codec.clear_cache()
         with limits.FlopMeter() as meter:  # the first call computes the graphs every warm call runs
             cold = timed(ours)
+        before = paired_sgemm_gflops(torch_threads)
         t_ours, t_theirs = alternate(ours, theirs, reps)
+        after = paired_sgemm_gflops(torch_threads)
         wall = timed_settled(ours)
         overhead = max(wall - codec.last_compute_s, 0.0) / wall
         count = meter.total()
@@ -160,7 +163,8 @@ def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int, stre
                          flops=count.total, flops_products=count.products, flops_transforms=count.transforms,
                          flops_elementwise=count.elementwise, flops_uncounted=count.uncounted,
                          flops_by_op=count.by_op,
-                         gemm_shapes=[list(s) for s in count.top_shapes()]))
+                         gemm_shapes=[list(s) for s in count.top_shapes()],
+                         sgemm_gflops_paired=0.5 * (before + after), sgemm_gflops_around=[before, after]))
         if s2cpp is not None:
             import bench_s2cpp
 
@@ -309,16 +313,28 @@ def _row(r: dict) -> str:
             f"{r['ours_s']:.3f} | {r['oracle_s']:.3f} | {r['ratio']:.2f}x | {extra} | {share} |")
 
 
+def paired_sgemm_gflops(threads: int) -> float:
+    """The reference SGEMM rate now (a short measure: best of 3 timings of 0.1 s), taken just
+    before and just after a row's timed runs."""
+    import limits
+
+    return limits.sgemm_gflops(threads, reps=3, min_s=0.1)[limits.REFERENCE_SHAPE]
+
+
 def add_limits(rows: list[dict], machine_limits: dict) -> None:
-    """Each row with operations counted: its floor at its thread count's SGEMM rate, and each
-    engine's time against it (``machine_limits``: threads -> measured limits), in place."""
+    """Each row with operations counted: its floor, and each engine's time against it, in place.
+    The floor's SGEMM rate is the row's own, measured just before and after its timed runs (the
+    mean of the two), where it has one: on a VM whose speed drifts over a run, a rate measured
+    minutes away from the runs it divides is off by as much as the machine drifts (one 2-core VM's
+    reference rate measured 255 and 324 GFLOP/s an hour apart). Else its thread count's rate
+    from ``machine_limits`` (threads -> limits measured after the rows)."""
     import limits
 
     for r in rows:
         lim = machine_limits.get(r.get("threads"))
-        if not r.get("flops") or lim is None:
+        if not r.get("flops") or (lim is None and "sgemm_gflops_paired" not in r):
             continue
-        rate = lim["sgemm_gflops"]
+        rate = r.get("sgemm_gflops_paired") or lim["sgemm_gflops"]
         r.update(sgemm_gflops=rate, floor_s=limits.floor_s(r["flops"], rate),
                  ours_vs_floor=limits.ratio_to_floor(r["ours_s"], r["flops"], rate),
                  oracle_vs_floor=limits.ratio_to_floor(r["oracle_s"], r["flops"], rate))
@@ -459,7 +475,9 @@ def main(argv=None) -> int:
                 for file in ("f16", "q8_0"):
                     with pyggml_codec.load(paths[file], backend="cpu", precision="f32", n_threads=threads,
                                            parts="decode") as c:
-                        for r in bench_streams.bench_streams(c, args.streams, args.reps, args.frames_one, bandwidth):
+                        measure = functools.partial(limits.bandwidth_gbs, threads, args.bandwidth_mib)
+                        for r in bench_streams.bench_streams(c, args.streams, args.reps, args.frames_one, bandwidth,
+                                                             measure_bandwidth=measure):
                             rows.append(dict(r, dtype=file, file=file.upper(), precision="f32", threads=threads,
                                              streams_row=True))
                             print(json.dumps(rows[-1]), flush=True)

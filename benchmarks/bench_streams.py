@@ -136,8 +136,9 @@ def add_targets(rows: list[dict], weight_bytes: int, bandwidth_gbs: float) -> No
 
     for r in rows:
         per = r.get("one_shot_ms_per_frame", 0) / 1e3
+        bandwidth = r.get("bandwidth_gbs_paired", bandwidth_gbs)  # the row's own where measured around it
         if r["task"] == "stream-chunk1":
-            target = limits.one_stream_target_s(per, weight_bytes, bandwidth_gbs)
+            target = limits.one_stream_target_s(per, weight_bytes, bandwidth)
         elif r["task"] == f"streams{N_STREAMS}-chunk1":
             target = limits.many_streams_target_s(per)
         else:
@@ -145,12 +146,15 @@ def add_targets(rows: list[dict], weight_bytes: int, bandwidth_gbs: float) -> No
         paired = r["vs_one_shot_bracketed"] * r["one_shot_ms_per_frame"]
         r.update(target_ms=1e3 * target, ms_per_frame_paired=paired, meets_target=bool(paired <= 1e3 * target),
                  meets_target_medians=bool(r["ms_per_frame"] <= 1e3 * target),
-                 push_weight_bytes=weight_bytes, bandwidth_gbs=bandwidth_gbs)
+                 push_weight_bytes=weight_bytes, bandwidth_gbs=bandwidth)
 
 
-def bench_streams(codec, frames: int, reps: int, frames_one: int = 216, bandwidth_gbs: float | None = None
-                  ) -> list[dict]:
-    """The rows above; with ``bandwidth_gbs`` (measured in the same run) the chunk-1 targets too."""
+def bench_streams(codec, frames: int, reps: int, frames_one: int = 216, bandwidth_gbs: float | None = None,
+                  measure_bandwidth=None) -> list[dict]:
+    """The rows above; with ``bandwidth_gbs`` (measured in the same run) the chunk-1 targets too.
+    ``measure_bandwidth`` (a function returning GB/s), where given, is called just before and just
+    after the one-stream rows' timed runs, and the one-stream target takes the mean of the two:
+    the memory read rate of the moment those runs were timed, not of minutes away."""
     from parity import random_codes
 
     sizes = codec.config.quantizer.codebook_sizes
@@ -161,9 +165,12 @@ def bench_streams(codec, frames: int, reps: int, frames_one: int = 216, bandwidt
     fns = {"one-shot": lambda: codec.decode(long)}
     fns.update({f"stream-chunk{c}": (lambda c=c: _stream(codec, long, c)) for c in (1, 4, 16)})
     exact = {name: _max_abs([fn()], [want]) for name, fn in fns.items() if name != "one-shot"}  # warm-ups too
+    around = [measure_bandwidth()] if measure_bandwidth else []
     t = _times(fns, reps, warm=False)
+    around += [measure_bandwidth()] if measure_bandwidth else []
     ref = t.pop("one-shot")
-    rows += [_row(name, 1, frames_one, s, ref, exact[name]) for name, s in t.items()]
+    paired = dict(bandwidth_gbs_paired=statistics.mean(around), bandwidth_gbs_around=around) if around else {}
+    rows += [_row(name, 1, frames_one, s, ref, exact[name], **paired) for name, s in t.items()]
     wants = [codec.decode(x) for x in items]
     fns = {"one-shot": lambda: [codec.decode(x) for x in items]}
     fns.update({f"streams8-chunk{c}": (lambda c=c: _streams(codec, items, c)) for c in (1, 4, 16)})
@@ -252,7 +259,8 @@ def main(argv=None) -> int:
     bandwidth = limits.bandwidth_gbs(args.threads, args.bandwidth_mib)
     with pyggml_codec.load(args.model, backend="cpu", n_threads=args.threads, precision=args.precision,
                            parts="decode") as c:
-        rows = bench_streams(c, args.frames, args.reps, args.frames_one, bandwidth)
+        rows = bench_streams(c, args.frames, args.reps, args.frames_one, bandwidth,
+                             measure_bandwidth=lambda: limits.bandwidth_gbs(args.threads, args.bandwidth_mib))
     for r in rows:
         print(json.dumps(r), flush=True)
     about = limits.machine()

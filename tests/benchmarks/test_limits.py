@@ -194,6 +194,35 @@ def test_rows_get_their_floor_at_their_thread_count():
     assert "(190.0 / 8.0 / 2.0, not counted: CUSTOM:new_kernel x3) |" in bench_codec.limits_table(rows)
 
 
+def test_a_rows_own_sgemm_rate_sets_its_floor():
+    """A row with a rate measured around its own runs takes that one, not the run's later one."""
+    import bench_codec
+
+    row = dict(task="decode", threads=2, seconds=1.4, dtype="f16", precision="f32", ours_s=3.0, oracle_s=6.0,
+               flops=200e9, flops_products=200e9, flops_transforms=0, flops_elementwise=0,
+               sgemm_gflops_paired=80.0)
+    other = dict(row, threads=1)  # no run-level limits at 1 thread: its own rate is enough
+    bench_codec.add_limits([row, other], {2: {"sgemm_gflops": 100.0}})
+    assert row["sgemm_gflops"] == 80.0 and row["floor_s"] == pytest.approx(2.5)
+    assert row["ours_vs_floor"] == pytest.approx(1.2)
+    assert other["floor_s"] == pytest.approx(2.5)
+    assert "| 80 | 2.500 | 3.000 | 1.20x |" in bench_codec.limits_table([row])
+
+
+def test_one_stream_target_takes_the_bandwidth_measured_around_it():
+    """The one-stream row's target uses the read rate measured just before and after its runs."""
+    import bench_streams
+
+    one = [0.100, 0.100, 0.100]
+    row = bench_streams._row("stream-chunk1", 1, 10, [0.2, 0.2], one, bandwidth_gbs_paired=10.0)
+    bench_streams.add_targets([row], 400_000_000, 40.0)  # the run-level rate: 10 ms to read 400 MB
+    assert row["bandwidth_gbs"] == 10.0
+    assert row["target_ms"] == pytest.approx(1.05 * (10.0 + 40.0))  # 40 ms to read them at 10 GB/s
+    plain = bench_streams._row("stream-chunk1", 1, 10, [0.2, 0.2], one)
+    bench_streams.add_targets([plain], 400_000_000, 40.0)
+    assert plain["target_ms"] == pytest.approx(1.05 * (10.0 + 10.0))
+
+
 def test_page_command_names_the_s2cpp_tree_not_its_path():
     import bench_codec
 
