@@ -24,8 +24,6 @@
 #define PG_RD_R 4
 #define PG_RD_C 6
 #define PG_RD_C_NARROW 4
-#define PG_RD_UP_COLS 12
-#define PG_RD_UP_MAX_K 2048  /* PG_RD_R converted rows of at most this many values stay in L1 */
 typedef __m512 pg_vf;
 #define VZERO() _mm512_setzero_ps()
 #define VLOAD(p) _mm512_loadu_ps(p)
@@ -43,8 +41,6 @@ static inline float vsum(pg_vf v) {
 #define PG_RD_R 3
 #define PG_RD_C 4
 #define PG_RD_C_NARROW 4
-#define PG_RD_UP_COLS 12
-#define PG_RD_UP_MAX_K 2048
 typedef __m256 pg_vf;
 #define VZERO() _mm256_setzero_ps()
 #define VLOAD(p) _mm256_loadu_ps(p)
@@ -58,6 +54,10 @@ static inline float vsum(pg_vf v) { return pg_hsum8(v); }
 #else
 #define PG_RD_VECTOR 0
 #endif
+/* F16 and Q8_0 rows against PG_RD_UP_COLS columns or more are converted to F32 first (pg_rowdot);
+   outside the blocked loops, rows of at most PG_RD_UP_MAX_K values (PG_RD_R of them stay in L1) */
+#define PG_RD_UP_COLS 12
+#define PG_RD_UP_MAX_K 2048
 /* the cache budgets of the blocked loops (pg_rowdot) */
 #define PG_RD_L1_BYTES (24 << 10)
 #define PG_RD_L2_BYTES (512 << 10)
@@ -117,6 +117,15 @@ static void pg_q8_0_to_f32(const void * a, float * restrict f, int64_t n) {
 #else
     (void) a; (void) f; (void) n;  /* not built: kernels.py refuses Q8_0 weights without F16C */
 #endif
+}
+
+/* `rows` rows of kind F16 or Q8_0 (`row` bytes apart from a), n values each, as F32 rows n apart
+ * in f (the same values) */
+static void pg_rd_rows_to_f32(const char * a, int kind, int64_t row, int64_t rows, int64_t n, float * restrict f) {
+    for (int64_t i = 0; i < rows; i++) {
+        if (kind == PG_RD_F16) pg_f16_to_f32((const uint16_t *)(a + i * row), f + i * n, n);
+        else pg_q8_0_to_f32(a + i * row, f + i * n, n);
+    }
 }
 
 /* value k of a row of kind (F16 and Q8_0 need F16C: kernels.py takes neither without it) */
@@ -324,10 +333,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
         const int64_t ib1 = ib0 + mc < m ? ib0 + mc : m;
         const char * ab = (const char *)a + (size_t)(ib0 * row);  /* the block's rows, as read */
         if (up_block) {
-            for (int64_t i = 0; i < ib1 - ib0; i++) {
-                if (a_kind == PG_RD_F16) pg_f16_to_f32((const uint16_t *)(ab + i * row), af + i * kv, kv);
-                else pg_q8_0_to_f32(ab + i * row, af + i * kv, kv);
-            }
+            pg_rd_rows_to_f32(ab, a_kind, row, ib1 - ib0, kv, af);
             ab = (const char *)af;
         }
         for (int64_t j0 = 0; j0 < n; j0 += panel) {
@@ -340,7 +346,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
                reads from memory go on through every block's products */
             const int64_t nblk = (j1 - j0 + width - 1) / width;
             const int64_t spread = nblk <= PG_RD_PF_SPREAD ? nblk : 1;
-            const int64_t share = (PG_RD_R * (up_block ? arow : row) / spread + 63) / 64 * 64;
+            const int64_t share = (PG_RD_R * arow / spread + 63) / 64 * 64;
             /* a share spread over a block's kv / V vectors, in whole cache lines */
             const int64_t pf_share = kv > 0 ? (share / (kv / PG_RD_V) + 63) / 64 * 64 : 0;
             for (int64_t i0 = ib0; i0 < ib1; i0 += PG_RD_R) {
@@ -353,10 +359,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
                         for (int64_t q = 0; q < PG_RD_V; q++)
                             ta[i * PG_RD_V + q] = kv + q < k ? pg_rd_value(src + i * row, a_kind, kv + q) : 0.0f;
                 if (up_rows) {
-                    for (int i = 0; i < r; i++) {
-                        if (a_kind == PG_RD_F16) pg_f16_to_f32((const uint16_t *)(src + i * row), af + i * kv, kv);
-                        else pg_q8_0_to_f32(src + i * row, af + i * kv, kv);
-                    }
+                    pg_rd_rows_to_f32(src, a_kind, row, r, kv, af);
                     ar = (const char *)af, ra = kv * (int64_t)sizeof(float);
                 }
                 for (int64_t jb = j0; jb < j1; jb += width) {
@@ -430,13 +433,8 @@ void pg_mul_mat_rowdot(void * dst_, int ith, int nth, void * userdata) {
                 const int64_t j1 = j0 + block < i1 ? j0 + block : i1;
                 const float * w = (const float *)(ap + j0 * row);
                 int64_t ldw = lda;
-                if (kind == PG_RD_F16) {
-                    for (int64_t r = j0; r < j1; r++)
-                        pg_f16_to_f32((const uint16_t *)(ap + r * row), up + (r - j0) * k, k);
-                    w = up, ldw = k;
-                } else if (kind == PG_RD_Q8_0) {
-                    for (int64_t r = j0; r < j1; r++)
-                        pg_q8_0_to_f32(ap + r * row, up + (r - j0) * k, k);
+                if (up_rows) {
+                    pg_rd_rows_to_f32(ap + j0 * row, kind, row, j1 - j0, k, up);
                     w = up, ldw = k;
                 }
                 pg_sgemm(p + 2, 1, n, j1 - j0, k, bp, ldb, w, ldw, 0.0f, cp + j0, m);
