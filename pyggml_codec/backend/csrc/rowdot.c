@@ -194,13 +194,24 @@ static inline __attribute__((always_inline)) void rd_sums(const pg_vf * v, int n
 /* The r x c block of C at rows a, a + arow, ... (arow bytes apart), columns b, b + ldb, ...: whole
  * vectors of K (kv of them), then the zero-padded tails (ta: r rows of V values, tb: c columns).
  * r, c and the kind h constant where inlined. out[i * c + j].
- * pf (or NULL): the next block of rows, pf_step bytes of it fetched into L1 per vector of K, so
- * that its reads from memory overlap this block's products (the hardware prefetcher alone left
- * a one-column product of an F16 matrix at 19-24 GB/s where memory gives 40-45, and an 8-column
- * one at half the FMA rate: reads and products took turns). Values are untouched. */
+ * pf (or NULL): the next block of rows, pf_step bytes of it fetched per vector of K, so that its
+ * reads from memory overlap this block's products (the hardware prefetcher alone left a one-column
+ * product of an F16 matrix at 19-24 GB/s where memory gives 40-45, and an 8-column one at half the
+ * FMA rate: reads and products took turns). pf_l2: fetched into L2 (rows read once from memory:
+ * one thread, one column of F16 rows from memory 10.4-11.0 -> 13.1-13.7 GB/s, 8 columns 10.3 ->
+ * 11.2-11.5; a fetch into L1 holds a line fill buffer until the line arrives, and a core has few),
+ * else into L1 (rows converted into scratch, which sit in L2 already). Values are untouched. */
+/* the fetch of n bytes at p (pf_l2: into L2) */
+static inline __attribute__((always_inline)) void rd_prefetch(const char * p, int64_t n, int pf_l2) {
+    if (pf_l2)
+        for (int64_t o = 0; o < n; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+    else
+        for (int64_t o = 0; o < n; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
 static inline __attribute__((always_inline)) void rd_block(const int r, const int c, const int h, const char * a,
         int64_t arow, const float * b, int64_t ldb, int64_t kv, const float * ta, const float * tb, int tail,
-        float * out, const char * pf, int64_t pf_step) {
+        float * out, const char * pf, int64_t pf_step, int pf_l2) {
     pg_vf acc[PG_RD_R][PG_RD_C];
     for (int i = 0; i < r; i++)
         for (int j = 0; j < c; j++) acc[i][j] = VZERO();
@@ -214,7 +225,7 @@ static inline __attribute__((always_inline)) void rd_block(const int r, const in
                 for (int j = 0; j < c; j++) bv[j] = VLOAD(b + j * ldb + k + s);
                 if (pf) {
                     const char * p = pf + (k + s) / PG_RD_V * pf_step;
-                    for (int64_t o = 0; o < pf_step; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+                    rd_prefetch(p, pf_step, pf_l2);
                 }
                 for (int i = 0; i < r; i++) {
                     const pg_vf av = VMUL(VLOADQ(q[i] + s), VSET1(d[i]));
@@ -229,7 +240,7 @@ static inline __attribute__((always_inline)) void rd_block(const int r, const in
             pg_vf bv[PG_RD_C];
             for (int j = 0; j < c; j++) bv[j] = VLOAD(b + j * ldb + k);
             const char * q = pf + k / PG_RD_V * pf_step;
-            for (int64_t o = 0; o < pf_step; o += 64) _mm_prefetch(q + o, _MM_HINT_T0);
+            rd_prefetch(q, pf_step, pf_l2);
             for (int i = 0; i < r; i++) {
                 const pg_vf av = load_a(a + i * arow, h, k);
                 for (int j = 0; j < c; j++) acc[i][j] = VFMA(av, bv[j], acc[i][j]);
@@ -258,11 +269,11 @@ static inline __attribute__((always_inline)) void rd_block(const int r, const in
 }
 
 static void rd_dispatch(int r, int c, int h, const char * a, int64_t arow, const float * b, int64_t ldb, int64_t kv,
-                        const float * ta, const float * tb, int tail, float * out, const char * pf, int64_t pf_step) {
+                        const float * ta, const float * tb, int tail, float * out, const char * pf, int64_t pf_step, int pf_l2) {
 #define PG_RD_CASE(R, C) if (r == R && c == C) { \
-        if (h == PG_RD_F32) rd_block(R, C, PG_RD_F32, a, arow, b, ldb, kv, ta, tb, tail, out, pf, pf_step); \
-        else if (h == PG_RD_F16) rd_block(R, C, PG_RD_F16, a, arow, b, ldb, kv, ta, tb, tail, out, pf, pf_step); \
-        else rd_block(R, C, PG_RD_Q8_0, a, arow, b, ldb, kv, ta, tb, tail, out, pf, pf_step); \
+        if (h == PG_RD_F32) rd_block(R, C, PG_RD_F32, a, arow, b, ldb, kv, ta, tb, tail, out, pf, pf_step, pf_l2); \
+        else if (h == PG_RD_F16) rd_block(R, C, PG_RD_F16, a, arow, b, ldb, kv, ta, tb, tail, out, pf, pf_step, pf_l2); \
+        else rd_block(R, C, PG_RD_Q8_0, a, arow, b, ldb, kv, ta, tb, tail, out, pf, pf_step, pf_l2); \
         return; }
 #if PG_RD_C == 6
     PG_RD_CASE(4, 6) PG_RD_CASE(4, 5) PG_RD_CASE(3, 6) PG_RD_CASE(3, 5) PG_RD_CASE(2, 6) PG_RD_CASE(2, 5)
@@ -372,7 +383,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
                     const int fetch = t < spread && kv > 0 && i0 + 2 * PG_RD_R <= ib1;
                     const char * pf = !fetch ? NULL
                         : (up_rows ? src + (size_t)(PG_RD_R * row) : ar + (size_t)(PG_RD_R * arow)) + t * share;
-                    rd_dispatch(r, cc, kind, ar, ra, br, ldb, kv, ta, tb, tail, out, pf, pf_share);
+                    rd_dispatch(r, cc, kind, ar, ra, br, ldb, kv, ta, tb, tail, out, pf, pf_share, !blocked);
                     for (int i = 0; i < r; i++)
                         for (int j = 0; j < cc; j++) {
                             float * o = c + (i0 + i) * csi + (jb + j) * csj;
