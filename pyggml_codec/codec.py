@@ -154,7 +154,8 @@ class Codec:
         model = self.engine.check_open()
         return {"model": str(model.source), "backend": model.backend.name, "device": model.backend.device_name,
                 "fallback_reason": model.backend.fallback_reason, "n_threads": model.backend.n_threads,
-                "parts": model.parts, "loaded_bytes": model.loaded_bytes, "decode_path": self.decode_path,
+                "parts": model.parts, "loaded_bytes": model.loaded_bytes,
+                "huge_pages": model.huge_pages, "decode_path": self.decode_path,
                 "plan": self.plan.as_dict()}
 
     def _engine(self) -> Engine:

@@ -20,6 +20,7 @@ import ctypes
 import functools
 import logging
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -241,6 +242,34 @@ def mark_weights(buffer) -> None:
 
 def buffer_is_weights(buffer) -> bool:
     return int(lib.ggml_backend_buffer_get_usage(buffer)) == lib.GGML_BACKEND_BUFFER_USAGE_WEIGHTS
+
+
+MADV_HUGEPAGE = 14  # Linux's <sys/mman.h>
+PAGE = 4096
+
+
+def advise_huge_pages(buffer) -> bool:
+    """Ask Linux to back a host buffer not yet written with transparent huge pages
+    (``madvise(MADV_HUGEPAGE)``); whether the advice was taken. Values are untouched. A one-frame
+    streamed step reads every weight once from memory, a page at a time per row block: with 4 KB
+    pages its reads stalled on the TLB (one stream at chunk 1 1.05x faster with 2 MB pages; the
+    row products over F16 weights from memory 1.1-1.17x). Elsewhere (other systems, device
+    memory) nothing is asked and this returns False; so does a kernel without the feature."""
+    if not sys.platform.startswith("linux") or not lib.ggml_backend_buffer_is_host(buffer):
+        return False
+    base, size = int(lib.ggml_backend_buffer_get_base(buffer) or 0), int(lib.ggml_backend_buffer_get_size(buffer))
+    start, end = -(-base // PAGE) * PAGE, (base + size) // PAGE * PAGE
+    if not base or end <= start:
+        return False
+    return _libc().madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_HUGEPAGE) == 0
+
+
+@functools.lru_cache(maxsize=None)
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.madvise.restype = ctypes.c_int
+    return libc
 
 
 def upload(tensor, array: np.ndarray, layout: tuple | None = None) -> None:

@@ -44,6 +44,7 @@ class WeightBuffer:
         self.ctx = new_context((n_tensors + 8) * lib.ggml_tensor_overhead())
         self.buffer = 0
         self.backend = backend
+        self.huge_pages = False  # whether Linux took the advice to back it with huge pages (allocate)
 
     def new_tensor(self, ggml_type: int, ne: tuple[int, ...]):
         return binding.new_tensor(self.ctx, ggml_type, ne)
@@ -56,6 +57,7 @@ class WeightBuffer:
         if not self.buffer:
             raise BackendError("could not allocate the weight buffer on the backend")
         binding.mark_weights(self.buffer)
+        self.huge_pages = binding.advise_huge_pages(self.buffer)  # before any upload writes a page
         return int(lib.ggml_backend_buffer_get_size(self.buffer))
 
     def free(self) -> None:
