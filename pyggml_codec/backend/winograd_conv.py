@@ -21,7 +21,11 @@ WINO_CHUNK_BYTES = 8 << 20  # a thread block's working set (transformed input + 
 # input, WINO_INPUT_OP), in blocks of >= CONV_MIN_CHANNELS. Shape-only choices, as for conv_taps.
 WINO_MIN_TILES, WINO_MIN_BLOCKS, WINO_SPLIT_CHANNELS_BELOW = 128, 2, 1024
 # Convs whose products all go by rows split channels below this (the input op shares the transform):
-# 384 and 768 channels, 1024-2048 samples, 0.77-0.99x the time by blocks of tile rows; even at 4096-8192
+# 384 and 768 channels, 1024-2048 samples, 0.77-0.99x the time by blocks of tile rows; even at 4096-8192.
+# Not in a batched step (segments > 1), where they split below WINO_SPLIT_CHANNELS_BELOW: each
+# stream's few tile rows go through the input op's short-piece gathers, and 384 channels (2 threads,
+# the three convs of decoder block 2) took 24.3 ms by blocks of tile rows against 26.5 split at
+# 8 streams of 256 samples, 12.1 against 13.1 at 4; at 2 (512 samples) 11.9 against 6.7 split.
 WINO_SPLIT_CHANNELS_BELOW_ROWS = 4096
 # At most this many tiles per thread block (a streamed chunk: 8-9 in decoder block 1 at one
 # frame), the n products are row products (pg_rowdot): OpenBLAS packs every transformed matrix
@@ -85,7 +89,8 @@ def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = 
             n_blocks = balanced
             break
     block = -(-rows // n_blocks)
-    split_below = WINO_SPLIT_CHANNELS_BELOW_ROWS if rows * dilation <= wino_rowdot_tiles(cin) else WINO_SPLIT_CHANNELS_BELOW
+    by_rows = rows * dilation <= wino_rowdot_tiles(cin)
+    split_below = WINO_SPLIT_CHANNELS_BELOW_ROWS if by_rows and segments == 1 else WINO_SPLIT_CHANNELS_BELOW
     keep.append(wino.tables)
     params = np.concatenate([BLAS.params, np.array([dilation, block, split_below, CONV_MIN_CHANNELS,
                                                     wino.m, wino.n, wino.tables.ctypes.data,
