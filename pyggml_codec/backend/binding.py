@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+import mmap
 import os
 import sys
 from typing import Any
@@ -245,7 +246,6 @@ def buffer_is_weights(buffer) -> bool:
 
 
 MADV_HUGEPAGE = 14  # Linux's <sys/mman.h>
-PAGE = 4096
 
 
 def advise_huge_pages(buffer) -> bool:
@@ -258,7 +258,8 @@ def advise_huge_pages(buffer) -> bool:
     if not sys.platform.startswith("linux") or not lib.ggml_backend_buffer_is_host(buffer):
         return False
     base, size = int(lib.ggml_backend_buffer_get_base(buffer) or 0), int(lib.ggml_backend_buffer_get_size(buffer))
-    start, end = -(-base // PAGE) * PAGE, (base + size) // PAGE * PAGE
+    page = mmap.PAGESIZE  # madvise takes whole pages (4 KB on x86, up to 64 KB on some arm64 kernels)
+    start, end = -(-base // page) * page, (base + size) // page * page
     if not base or end <= start:
         return False
     return _libc().madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_HUGEPAGE) == 0

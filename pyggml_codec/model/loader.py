@@ -41,9 +41,13 @@ class LoadedModel:
     vq_stages: list[VQStage] = field(default_factory=list)
     buffer: WeightBuffer | None = None
     loaded_bytes: int = 0  # bytes of the weight buffer this codec allocated
-    huge_pages: bool = False  # that buffer advised to huge pages (binding.advise_huge_pages)
     shared: set[str] = field(default_factory=set)  # tensors used in place from the host
     closed: bool = False
+
+    @property
+    def huge_pages(self) -> bool:
+        """Whether this codec's weight buffer was advised to huge pages (binding.advise_huge_pages)."""
+        return self.buffer is not None and self.buffer.huge_pages
 
     def close(self) -> None:
         if self.closed:
@@ -160,7 +164,6 @@ def _upload(model: LoadedModel, mf: ModelFile, prefix: str, specs: list[TensorSp
         binding.set_name(t, f"w{len(model.weights)}")  # checkpoint names can exceed ggml's 63 bytes
         model.weights[s.name] = t
     model.loaded_bytes = buf.allocate()
-    model.huge_pages = buf.huge_pages
     for s, _, _ in own:
         binding.upload(model.weights[s.name], backend_array(mf, prefix, s, model.plan))
 
