@@ -227,16 +227,25 @@ def transpose(ctx, x):
                               N_TASKS_MAX, None)
 
 
-def col2im(ctx, cols, k: int, stride: int, keep: list, prev=None):
+def col2im(ctx, cols, k: int, stride: int, keep: list, prev=None, segments: int = 1):
     """``ggml_col2im_1d(cols, stride, Cout, 0)`` for contiguous F32 ``cols`` ``[K*Cout, T]``:
     ``[(T-1)*stride + K, Cout]``, same values. ggml 0.15.3's CPU op ran the decoder's last
     conv-transpose (192 -> 96 channels, 1 s) in 105-203 ms on one thread. ``prev`` (F32
     ``[P, Cout]``, contiguous rows): a stream's overlap from its last chunk, the first P outputs'
-    start (as the earlier columns would have summed there in one pass)."""
-    params = np.array([k, stride], dtype=np.int64)
+    start (as the earlier columns would have summed there in one pass).
+
+    ``segments`` S > 1: a batched step, S streams' ``T / S`` columns in turn, each overlap-added
+    alone from its own ``prev`` (``[P, Cout, 1, S]``): each stream's ``T / S * stride`` samples in
+    turn, then K - stride zeros (its next overlap, past them, is not kept; the rows keep ggml's
+    length, which also keeps them off power-of-two strides)."""
+    t_in = int(cols.contents.ne[1])
+    if segments > 1 and (t_in % segments or prev is None or int(prev.contents.ne[3]) != segments
+                         or k - stride > t_in // segments * stride):
+        raise ValueError(f"{segments} segments of a conv-transpose over {t_in} columns")
+    params = np.array([k, stride, segments], dtype=np.int64)
     keep.append(params)
     cout = int(cols.contents.ne[0]) // k
-    n_out = (int(cols.contents.ne[1]) - 1) * stride + k
+    n_out = (t_in - 1) * stride + k
     srcs = [cols] if prev is None else [cols, prev]
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
     return lib.ggml_custom_4d(ctx, 0, n_out, cout, 1, 1, args, len(srcs), OPS["col2im"], N_TASKS_MAX,

@@ -66,10 +66,13 @@ def conv_columns(g: Builder, x_cf: Tensor, left: int, im2col) -> Tensor:
     return columns(g, im2col(reshape_2d(g, context(g, x_cf, left), seg * b, c)), seg, length // b)
 
 
-def overlap(g: Builder, cols: Tensor, k: int, stride: int, cout: int, col2im) -> Tensor:
-    """Overlap-add of a batched step's conv-transpose columns ``[K*Cout, n * B]``: col2im of all,
-    then each stream's first K - stride samples (holding the previous stream's overlap) set to its
-    own first taps plus its carried tail, as ``convs._overlap_tail`` adds. CF ``[n * stride * B, Cout]``."""
+def overlap(g: Builder, cols: Tensor, k: int, stride: int, cout: int, col2im, col2im_streams=None) -> Tensor:
+    """Overlap-add of a batched step's conv-transpose columns ``[K*Cout, n * B]``, CF
+    ``[n * stride * B, Cout]``: ``col2im_streams(cols, prev)`` where given (each stream's columns
+    overlap-added alone from its carried tail ``prev``, ``[K - stride, Cout, 1, B]``; a view of its
+    rows, not copied); else col2im of all, then each stream's first K - stride samples (holding the
+    previous stream's overlap) set to its own first taps plus its carried tail, as
+    ``convs._overlap_tail`` adds."""
     b, (rows, t) = g.stream.batch, shape(cols)[:2]
     n, tail, es = t // b, k - stride, cols.contents.nb[0]
     if tail > stride:
@@ -81,6 +84,9 @@ def overlap(g: Builder, cols: Tensor, k: int, stride: int, cout: int, col2im) ->
 
     name, prev = carry_input(g, (tail, cout, 1, b), stream_dim=3)
     emit_carry(g, name, taps(stride, n - 1))
+    if col2im_streams is not None:
+        y = col2im_streams(cols, prev)
+        return lib.ggml_view_2d(g.ctx, y, n * stride * b, cout, y.contents.nb[1], 0)
     y = col2im(cols)  # [(n B - 1) stride + K, Cout]
     first = lib.ggml_permute(g.ctx, add(g, taps(0, 0), prev), 0, 2, 3, 1)  # [tail, B, Cout]
     y = lib.ggml_set_inplace(g.ctx, y, first, n * stride * y.contents.nb[0], y.contents.nb[1], y.contents.nb[2], 0)

@@ -471,3 +471,60 @@ def test_col2im_kernel_bit_identical(k, stride, cout, length, threads):
         backend.free()
     assert out["ours"].shape == out["ggml"].shape == (cout, (length - 1) * stride + k)
     np.testing.assert_array_equal(out["ours"], out["ggml"])
+
+
+@pytest.mark.parametrize("k,stride,cout,n,segments,threads", [(16, 8, 5, 1, 3, 2), (4, 2, 96, 37, 8, 2),
+                                                             (8, 4, 3, 2, 2, 3), (3, 2, 17, 5, 4, 1)])
+def test_col2im_segments_equal_each_stream_alone(k, stride, cout, n, segments, threads):
+    """A batched step's overlap-add (segments S) gives each stream's samples bit for bit as the
+    overlap-add of its own columns from its own carried tail, and zeros past the last stream's.
+    Metric: max abs difference; tolerance 0."""
+    if not kernels.AVAILABLE:
+        pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
+    from pyggml_codec.graphs import ops
+
+    rng = np.random.default_rng(k + n + segments)
+    cols = rng.standard_normal((n * segments, k * cout)).astype(np.float32)
+    prev = rng.standard_normal((segments, 1, cout, k - stride)).astype(np.float32)
+    backend = runtime.start_backend("cpu")
+    backend.set_threads(threads)
+    graph = Graph(backend, 16 << 20)
+    try:
+        def build(g):
+            c, p = g.input("cols", cols), g.input("prev", prev)
+            out = {"all": kernels.col2im(g.ctx, c, k, stride, g.keep, p, segments=segments)}
+            for s in range(segments):
+                cs = g.input(f"cols{s}", np.ascontiguousarray(cols[s * n:(s + 1) * n]))
+                ps = g.input(f"prev{s}", np.ascontiguousarray(prev[s, 0]))
+                out[s] = kernels.col2im(g.ctx, cs, k, stride, g.keep, ps)
+            return out
+
+        graph.build(build, ops.Builder(ctx=graph.ctx))
+        out = graph.run()
+    finally:
+        graph.free()
+        backend.free()
+    seg = n * stride
+    assert out["all"].shape == (cout, (n * segments - 1) * stride + k)
+    err = max(float(np.abs(out["all"][:, s * seg:(s + 1) * seg] - out[s][:, :seg]).max()) for s in range(segments))
+    print(f"col2im of {segments} segments vs each alone: max abs {err:.1e}")
+    assert err == 0.0
+    assert not out["all"][:, segments * seg:].any()
+
+
+def test_col2im_segments_reject_uneven_columns():
+    from pyggml_codec.graphs import ops
+
+    backend = runtime.start_backend("cpu")
+    graph = Graph(backend, 16 << 20)
+    try:
+        def build(g):
+            c = g.input("cols", np.zeros((7, 4 * 3), np.float32))
+            p = g.input("prev", np.zeros((2, 1, 3, 2), np.float32))
+            return {"y": kernels.col2im(g.ctx, c, 4, 2, g.keep, p, segments=2)}
+
+        with pytest.raises(ValueError, match="2 segments of a conv-transpose over 7 columns"):
+            graph.build(build, ops.Builder(ctx=graph.ctx))
+    finally:
+        graph.free()
+        backend.free()

@@ -465,29 +465,39 @@ void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
  * src0 cols: contiguous F32 ne [K*Cout, T], row oc*K + k of column t; dst: contiguous F32
  * ne [(T-1)*s + K, Cout], y[oc][t*s + k] += cols[t][oc*K + k]. Threads split the output
  * channels; time runs outermost, so the columns are read in order and each channel's
- * output is written as one forward stream. userdata: int64 [2] = K, s. */
+ * output is written as one forward stream. userdata: int64 [3] = K, s, S.
+ * src1 (optional) prev: a stream's overlap from its last chunk, where each segment starts.
+ * S > 1 segments (a batched step): S streams' T / S columns in turn, each overlap-added on its
+ * own into its T / S * s samples of dst, in turn, starting from its own prev (ne [P, Cout, 1, S]);
+ * the samples past a stream's (its next overlap) are not added, and dst's last K - s stay 0. */
 void pg_col2im(void * dst_, int ith, int nth, void * userdata) {
     const int64_t * p = userdata;
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * cols = dst->src[0], * prev = dst->src[1];
-    const int64_t kk = p[0], st = p[1];
-    const int64_t lout = dst->ne[0], cout = dst->ne[1], t_in = cols->ne[1], row = cols->ne[0];
+    const int64_t kk = p[0], st = p[1], segs = p[2] > 1 ? p[2] : 1;
+    const int64_t lout = dst->ne[0], cout = dst->ne[1], row = cols->ne[0];
+    const int64_t t_seg = cols->ne[1] / segs, lseg = segs > 1 ? t_seg * st : lout;
     int64_t o0, o1;
     pg_share(cout, ith, nth, &o0, &o1);
     float * y = dst->data;
     const float * c = cols->data;
     for (int64_t oc = o0; oc < o1; oc++) memset(y + oc * lout, 0, sizeof(float) * (size_t)lout);
-    if (prev) {  /* a stream's overlap from its last chunk: what the earlier columns put there */
-        const int64_t tail = prev->ne[0] < lout ? prev->ne[0] : lout, ldp = (int64_t)(prev->nb[1] / sizeof(float));
-        for (int64_t oc = o0; oc < o1; oc++)
-            memcpy(y + oc * lout, (const float *)prev->data + oc * ldp, sizeof(float) * (size_t)tail);
-    }
-    for (int64_t t = 0; t < t_in; t++) {
-        const float * ct = c + t * row;
-        for (int64_t oc = o0; oc < o1; oc++) {
-            float * restrict yo = y + oc * lout + t * st;
-            const float * restrict co = ct + oc * kk;
-            for (int64_t k = 0; k < kk; k++) yo[k] += co[k];
+    for (int64_t sg = 0; sg < segs; sg++) {
+        float * ys = y + sg * lseg;
+        if (prev) {  /* a stream's overlap from its last chunk: what the earlier columns put there */
+            const int64_t tail = prev->ne[0] < lseg ? prev->ne[0] : lseg, ldp = (int64_t)(prev->nb[1] / sizeof(float));
+            const float * ps = (const float *)((const char *)prev->data + sg * prev->nb[3]);
+            for (int64_t oc = o0; oc < o1; oc++)
+                memcpy(ys + oc * lout, ps + oc * ldp, sizeof(float) * (size_t)tail);
+        }
+        for (int64_t t = 0; t < t_seg; t++) {
+            const float * ct = c + (sg * t_seg + t) * row;
+            const int64_t nk = lseg - t * st < kk ? lseg - t * st : kk;  /* taps before the segment's end */
+            for (int64_t oc = o0; oc < o1; oc++) {
+                float * restrict yo = ys + oc * lout + t * st;
+                const float * restrict co = ct + oc * kk;
+                for (int64_t k = 0; k < nk; k++) yo[k] += co[k];
+            }
         }
     }
 }
