@@ -331,19 +331,25 @@ CONV_CHUNK_BYTES = 4 << 20  # a chunk's output (Cout x chunk F32): 4 MiB measure
 CONV_MIN_COLUMNS, CONV_MIN_CHANNELS, CONV_SPLIT_CHANNELS_BELOW = 128, 64, 256
 
 
-def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None):
+def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None, segments: int = 1):
     """Causal stride-1 conv of CF ``x`` (F32 ne ``[L, Cin]``, contiguous rows) by per-tap
     matrices ``w`` (contiguous F32 ne ``[Cin, Cout, K]``): CF ``[L, Cout]``, one sgemm per tap
     and no im2col. ``prev`` (F32 ne ``[(K-1)*dilation, Cin]``): the carried left context,
-    read in place where the zeros of causal padding stand. ``keep`` outlives the graph."""
+    read in place where the zeros of causal padding stand. ``keep`` outlives the graph.
+
+    ``segments`` S > 1: a batched step, S streams of L / S samples each in turn, each convolved
+    after its own context, ``prev`` ne ``[(K-1)*dilation, S, Cin]`` (each read in place)."""
     cout = int(w.contents.ne[1])
+    length = int(x.contents.ne[0])
+    if segments > 1 and (length % segments or prev is None or int(prev.contents.ne[1]) != segments):
+        raise ValueError(f"{segments} segments of a conv over {length} samples")
     chunk = max(64, CONV_CHUNK_BYTES // (4 * cout) // 16 * 16)
     params = np.concatenate([BLAS.params, np.array([k, dilation, chunk, CONV_MIN_COLUMNS, CONV_MIN_CHANNELS,
-                                                    CONV_SPLIT_CHANNELS_BELOW], dtype=np.int64)])
+                                                    CONV_SPLIT_CHANNELS_BELOW, segments], dtype=np.int64)])
     keep.append(params)
     srcs = [w, x] if prev is None else [w, x, prev]
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
-    return lib.ggml_custom_4d(ctx, 0, int(x.contents.ne[0]), cout, 1, 1, args, len(srcs), OPS["conv_taps"],
+    return lib.ggml_custom_4d(ctx, 0, length, cout, 1, 1, args, len(srcs), OPS["conv_taps"],
                               N_TASKS_MAX, params.ctypes.data_as(ctypes.c_void_p))
 
 

@@ -41,14 +41,6 @@ def contexts_in_place(g: Builder, x_cf: Tensor, left: int) -> Tensor:
     return prev
 
 
-def time_slices(g: Builder, y_cf: Tensor, seg: int, skip: int, n: int) -> Tensor:
-    """Of CF ``y_cf`` ``[seg * B, C]`` (B streams' segments of ``seg`` samples in turn), the ``n``
-    samples after the first ``skip`` of each segment, packed: ``[n * B, C]``."""
-    b, c, nb = g.stream.batch, shape(y_cf)[1], y_cf.contents.nb
-    v = lib.ggml_view_3d(g.ctx, y_cf, n, b, c, seg * nb[0], nb[1], skip * nb[0])
-    return reshape_2d(g, lib.ggml_cont(g.ctx, v), n * b, c)
-
-
 def columns(g: Builder, cols: Tensor, seg: int, n: int) -> Tensor:
     """Of ``cols`` ``[R, (B - 1) * seg + n]``, each segment of ``seg``'s first ``n``: ``[R, n * B]``."""
     b, rows, nb = g.stream.batch, shape(cols)[0], cols.contents.nb

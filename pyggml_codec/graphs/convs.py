@@ -154,7 +154,7 @@ def conv1d(g: Builder, x_cf: Tensor, w: Tensor, b: Tensor | None, *, stride: int
         g.lowerings["conv1d"] = "taps"
         wt = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, w, 2, 0, 1, 3))  # ne [Cin, Cout, K]: a copy per compute
         y = _in_place(g, x_cf, (k - 1) * dilation,
-                      lambda x, prev: kernels.conv_taps(g.ctx, wt, x, k, dilation, g.keep, prev))
+                      lambda x, prev, segments: kernels.conv_taps(g.ctx, wt, x, k, dilation, g.keep, prev, segments))
         return add_bias(g, y, b, out)
     cols = causal_im2col(g, x_cf, w, stride, dilation)
     w2 = reshape_2d(g, w, k * cin, cout)
@@ -185,17 +185,12 @@ def residual_conv(g: Builder, x_cf: Tensor, w: Tensor, dilation: int) -> Tensor:
     g.lowerings["conv"] = g.conv
     if g.conv == "winograd":
         k = WINOGRAD.k
-        left = (k - 1) * dilation
-        if batched(g):  # each stream's context read in place
-            x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
-            prev = packed.contexts_in_place(g, x_cf, left)
-            return winograd_conv.conv_wino(g.ctx, w, x_cf, dilation, g.keep, prev, segments=g.stream.batch)
 
-        def conv(x, prev):
-            return winograd_conv.conv_wino(g.ctx, w, x, dilation, g.keep, prev)
+        def conv(x, prev, segments):
+            return winograd_conv.conv_wino(g.ctx, w, x, dilation, g.keep, prev, segments=segments)
     else:
-        def conv(x, prev):
-            return kernels.conv_taps(g.ctx, w, x, k, dilation, g.keep, prev)
+        def conv(x, prev, segments):
+            return kernels.conv_taps(g.ctx, w, x, k, dilation, g.keep, prev, segments)
     return _in_place(g, x_cf, (k - 1) * dilation, conv)
 
 
@@ -209,21 +204,21 @@ def taps_from_winograd(g: Builder, u: Tensor) -> Tensor:
 
 
 def _in_place(g: Builder, x_cf: Tensor, left: int, conv) -> Tensor:
-    """``conv(x, prev)`` over CF ``x_cf``: ``prev`` the carried left context of a stream (None
-    in one-shot graphs), read in place where causal padding puts ``left`` zeros."""
+    """``conv(x, prev, segments)`` over CF ``x_cf``: ``prev`` the carried left context of a stream
+    (None in one-shot graphs), read in place where causal padding puts ``left`` zeros; in a batched
+    step each stream's (``segments``: the streams)."""
     length, c = shape(x_cf)[:2]
     if g.stream is None or not left:
-        return conv(x_cf, None)
-    if batched(g):  # each stream's context then its samples, in turn: one conv over all of them
-        n = length // g.stream.batch
-        y = conv(reshape_2d(g, packed.context(g, x_cf, left), (left + n) * g.stream.batch, c), None)
-        return packed.time_slices(g, y, left + n, left, n)
+        return conv(x_cf, None, 1)
+    if batched(g):  # each stream's context read in place: one conv over all of them
+        x_cf = x_cf if lib.ggml_is_contiguous(x_cf) else lib.ggml_cont(g.ctx, x_cf)
+        return conv(x_cf, packed.contexts_in_place(g, x_cf, left), g.stream.batch)
     if length >= left:
-        return conv(x_cf, context_in_place(g, x_cf, left))
+        return conv(x_cf, context_in_place(g, x_cf, left), 1)
     xc = with_left_context(g, x_cf, left)  # a chunk shorter than the context: concat first
     nb1 = xc.contents.nb[1]
     prev = lib.ggml_view_2d(g.ctx, xc, left, c, nb1, 0)
-    return conv(lib.ggml_view_2d(g.ctx, xc, length, c, nb1, left * xc.contents.nb[0]), prev)
+    return conv(lib.ggml_view_2d(g.ctx, xc, length, c, nb1, left * xc.contents.nb[0]), prev, 1)
 
 
 def pointwise_taps(g: Builder, x_cf: Tensor, w: Tensor) -> Tensor:

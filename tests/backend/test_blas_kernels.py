@@ -115,6 +115,45 @@ def test_conv_taps_matches_numpy(cin, cout, length, k, d, with_prev, threads, mo
     assert rel <= REL_MAX
 
 
+@pytest.mark.parametrize("cin,cout,n,k,d,segments,threads", [
+    (8, 4, 5, 7, 9, 3, 2),  # streams shorter than their contexts
+    (16, 16, 300, 7, 9, 4, 2), (7, 9, 130, 7, 3, 3, 3), (96, 1, 700, 7, 1, 8, 2),  # blocks of time across streams
+    (16, 40, 20, 7, 3, 2, 2), (32, 64, 10, 7, 1, 8, 3),  # split channels
+])
+def test_conv_taps_segments_convolve_each_stream_after_its_own_context(cin, cout, n, k, d, segments, threads,
+                                                                      monkeypatch):
+    """A batched step's per-tap conv: S streams of n samples in turn, each after its own carried
+    context (prev ne [P, S, Cin]), against each stream's float64 conv alone. Metric: rel max err."""
+    monkeypatch.setattr(kernels, "CONV_CHUNK_BYTES", 4 * cout * 64)  # blocks of time that straddle streams
+    rng = np.random.default_rng(cin * n + d + segments)
+    w = rng.standard_normal((cout, cin, k)).astype(np.float32)
+    x = rng.standard_normal((cin, segments, n)).astype(np.float32)
+    prev = rng.standard_normal((cin, segments, (k - 1) * d)).astype(np.float32)
+
+    def build(g):
+        wt = g.input("w", np.ascontiguousarray(w.transpose(2, 0, 1)))  # ne [Cin, Cout, K]
+        xt = g.input("x", x.reshape(cin, segments * n))
+        return {"y": kernels.conv_taps(g.ctx, wt, xt, k, d, g.keep, g.input("prev", prev), segments)}
+
+    got = _run(build, threads)["y"].reshape(cout, segments, n)
+    want = np.stack([_conv_ref(x[:, s], w, d, prev[:, s]) for s in range(segments)], 1)
+    rel = _rel(got, want)
+    print(f"conv_taps of {segments} streams, cin={cin} cout={cout} n={n} K={k} d={d}: rel max err {rel:.2e}")
+    assert rel <= REL_MAX
+
+
+def test_conv_taps_segments_need_a_context_per_stream():
+    ctx = new_context(16 * ops.lib.ggml_tensor_overhead())
+    try:
+        w, x = ops.new_tensor(ctx, ops.F32, (4, 4, 3)), ops.new_tensor(ctx, ops.F32, (10, 4))
+        with pytest.raises(ValueError, match="3 segments of a conv over 10 samples"):
+            kernels.conv_taps(ctx, w, x, 3, 1, [], ops.new_tensor(ctx, ops.F32, (2, 3, 4)), 3)
+        with pytest.raises(ValueError, match="2 segments of a conv over 10 samples"):
+            kernels.conv_taps(ctx, w, x, 3, 1, [], ops.new_tensor(ctx, ops.F32, (2, 3, 4)), 2)
+    finally:
+        ops.lib.ggml_free(ctx)
+
+
 def test_blas_can_be_switched_off(tiny_model):
     code = ("import pyggml_codec, sys; from pyggml_codec.backend import kernels; "
             "c = pyggml_codec.load(sys.argv[1], backend='cpu'); "

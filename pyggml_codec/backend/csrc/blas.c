@@ -37,12 +37,14 @@ void pg_mul_mat_blas(void * dst_, int ith, int nth, void * userdata) {
 
 /* Causal stride-1 conv of a channels-first signal as one GEMM per tap, through the BLAS
  * (no im2col): y[:, t] = sum_k W_k . xpad[:, t + k d], xpad = (prev or P zeros) then x,
- * P = (K - 1) d. userdata: int64 [9] = BLAS block (3, as pg_mul_mat_blas), K, d, chunk,
- * min_cols, min_chans, split_below (see below).
+ * P = (K - 1) d. userdata: int64 [10] = BLAS block (3, as pg_mul_mat_blas), K, d, chunk,
+ * min_cols, min_chans, split_below (see below), S.
  * src0 w: contiguous F32 ne [Cin, Cout, K] (tap k: row-major Cout x Cin); src1 x: F32
  * ne [L, Cin] with contiguous rows; src2 (optional) prev: F32 ne [P, Cin], likewise;
  * dst: contiguous F32 ne [L, Cout]. Threads take blocks of time (at most `chunk` columns,
- * whose output stays in cache across the K taps) or, for short signals, of output channels. */
+ * whose output stays in cache across the K taps) or, for short signals, of output channels.
+ * S > 1 segments (a batched step): S streams of L / S samples in turn, each convolved after its
+ * own context, prev ne [P, S, Cin]; a block of time that spans streams runs as one piece each. */
 
 /* y[o0:o1, a:b] of pg_conv_taps: every tap, the last one (shift 0, which covers every
  * column) first so that it initialises the block */
@@ -68,12 +70,13 @@ void pg_conv_taps(void * dst_, int ith, int nth, void * userdata) {
     const int64_t * p = userdata;
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * w = dst->src[0], * x = dst->src[1], * pv = dst->src[2];
-    const int64_t kk = p[3], d = p[4], chunk = p[5];
-    const int64_t cin = w->ne[0], cout = w->ne[1], len = x->ne[1] == cin ? x->ne[0] : 0;
+    const int64_t kk = p[3], d = p[4], chunk = p[5], segs = p[9] > 1 ? p[9] : 1;
+    const int64_t cin = w->ne[0], cout = w->ne[1], len = x->ne[1] == cin ? x->ne[0] : 0, seg = len / segs;
     const int64_t ldx = (int64_t)(x->nb[1] / sizeof(float)), ldy = dst->ne[0];
     const float * wp = w->data, * xp = x->data;
     const float * pp = pv ? pv->data : NULL;
-    const int64_t ldp = pv ? (int64_t)(pv->nb[1] / sizeof(float)) : 0;
+    const int64_t ldp = pv ? (int64_t)(pv->nb[segs > 1 ? 2 : 1] / sizeof(float)) : 0;
+    const int64_t seg_p = pv && segs > 1 ? (int64_t)(pv->nb[1] / sizeof(float)) : 0;
     float * yp = dst->data;
     /* Long signals: threads split time, in blocks of at least min_cols columns (every
      * block's sgemm packs all the weights of a tap: narrower blocks spend more on that than
@@ -89,8 +92,15 @@ void pg_conv_taps(void * dst_, int ith, int nth, void * userdata) {
     const int prev_threads = pg_blas_enter(p);
     for (int64_t a = i0; a < i1; a += block) {
         const int64_t b = a + block < i1 ? a + block : i1;
-        if (by_time) taps_block(p, kk, d, cin, cout, wp, xp, ldx, pp, ldp, yp, ldy, 0, cout, a, b);
-        else taps_block(p, kk, d, cin, cout, wp, xp, ldx, pp, ldp, yp, ldy, a, b, 0, len);
+        /* each stream's piece of the block: time [t0, t1) of stream s, or all of it (channels) */
+        for (int64_t t = by_time ? a : 0, t1; t < (by_time ? b : len); t = t1) {
+            const int64_t s = t / seg;
+            t1 = (s + 1) * seg < (by_time ? b : len) ? (s + 1) * seg : (by_time ? b : len);
+            const float * xs = xp + s * seg, * ps = pp ? pp + s * seg_p : NULL;
+            float * ys = yp + s * seg;
+            if (by_time) taps_block(p, kk, d, cin, cout, wp, xs, ldx, ps, ldp, ys, ldy, 0, cout, t - s * seg, t1 - s * seg);
+            else taps_block(p, kk, d, cin, cout, wp, xs, ldx, ps, ldp, ys, ldy, a, b, t - s * seg, t1 - s * seg);
+        }
     }
     pg_blas_leave(p, prev_threads);
 }
