@@ -89,7 +89,8 @@ def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = 
     max_tiles = max(WINO_MIN_TILES, WINO_CHUNK_BYTES // (4 * wino.n * (cin + cout)))
     max_rows = max(1, max_tiles // dilation)
     n_blocks = max(-(-rows // max_rows), min(WINO_MIN_BLOCKS, rows * dilation // WINO_MIN_TILES), 1)
-    for multiple in (WINO_BALANCE if segments == 1 else WINO_BALANCE_BATCHED, 2):  # whole shares for 2, 3, 4 and 6 threads where blocks allow
+    balance = WINO_BALANCE if segments == 1 else WINO_BALANCE_BATCHED
+    for multiple in (balance, 2):  # whole shares for 2, 3, 4 and 6 threads (one-shot) where blocks allow
         balanced = -(-n_blocks // multiple) * multiple
         if n_blocks > 1 and rows * dilation // balanced >= WINO_MIN_TILES:
             n_blocks = balanced

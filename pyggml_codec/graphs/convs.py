@@ -261,11 +261,13 @@ def conv_transpose1d(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, s
         if g.conv_transpose != "col2im":
             raise ValueError("batched streams need the col2im conv-transpose lowering")
         cols = mul_mat(g, reshape_2d(g, w, cin, k * cout), x_cl)
-        streams = None
-        if _col2im_kernel(g, cols):  # each stream's overlap-add from its own carried tail, in one op
+
+        def streams(c: Tensor, prev: Tensor) -> Tensor:  # each stream's overlap-add from its own carried tail
             g.lowerings["col2im"] = "custom"
-            streams = lambda c, prev: kernels.col2im(g.ctx, c, k, stride, g.keep, prev, segments=g.stream.batch)  # noqa: E731
-        y = packed.overlap(g, cols, k, stride, cout, lambda c: _col2im(g, c, k, stride, cout), streams)
+            return kernels.col2im(g.ctx, c, k, stride, g.keep, prev, segments=g.stream.batch)
+
+        y = packed.overlap(g, cols, k, stride, cout, lambda c: _col2im(g, c, k, stride, cout),
+                           streams if _col2im_kernel(g, cols) else None)
         return _first_samples(g, y, shape(y)[0], b)
     n_out = shape(x_cl)[1] * stride
     if g.conv_transpose == "col2im":

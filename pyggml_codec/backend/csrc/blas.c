@@ -44,7 +44,7 @@ void pg_mul_mat_blas(void * dst_, int ith, int nth, void * userdata) {
  * dst: contiguous F32 ne [L, Cout]. Threads take blocks of time (at most `chunk` columns,
  * whose output stays in cache across the K taps) or, for short signals, of output channels.
  * S > 1 segments (a batched step): S streams of L / S samples in turn, each convolved after its
- * own context, prev ne [P, S, Cin]; a block of time that spans streams runs as one piece each. */
+ * own context, prev ne [P, S, Cin]; a block of time that spans streams runs in one piece per stream. */
 
 /* y[o0:o1, a:b] of pg_conv_taps: every tap, the last one (shift 0, which covers every
  * column) first so that it initialises the block */
