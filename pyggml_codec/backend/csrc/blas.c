@@ -92,14 +92,13 @@ void pg_conv_taps(void * dst_, int ith, int nth, void * userdata) {
     const int prev_threads = pg_blas_enter(p);
     for (int64_t a = i0; a < i1; a += block) {
         const int64_t b = a + block < i1 ? a + block : i1;
-        /* each stream's piece of the block: time [t0, t1) of stream s, or all of it (channels) */
-        for (int64_t t = by_time ? a : 0, t1; t < (by_time ? b : len); t = t1) {
+        /* the block's output channels and time ([a, b) of either), in one piece per stream */
+        const int64_t o0 = by_time ? 0 : a, o1 = by_time ? cout : b, t_end = by_time ? b : len;
+        for (int64_t t = by_time ? a : 0, t1; t < t_end; t = t1) {
             const int64_t s = t / seg;
-            t1 = (s + 1) * seg < (by_time ? b : len) ? (s + 1) * seg : (by_time ? b : len);
-            const float * xs = xp + s * seg, * ps = pp ? pp + s * seg_p : NULL;
-            float * ys = yp + s * seg;
-            if (by_time) taps_block(p, kk, d, cin, cout, wp, xs, ldx, ps, ldp, ys, ldy, 0, cout, t - s * seg, t1 - s * seg);
-            else taps_block(p, kk, d, cin, cout, wp, xs, ldx, ps, ldp, ys, ldy, a, b, t - s * seg, t1 - s * seg);
+            t1 = (s + 1) * seg < t_end ? (s + 1) * seg : t_end;
+            taps_block(p, kk, d, cin, cout, wp, xp + s * seg, ldx, pp ? pp + s * seg_p : NULL, ldp, yp + s * seg, ldy,
+                       o0, o1, t - s * seg, t1 - s * seg);
         }
     }
     pg_blas_leave(p, prev_threads);
