@@ -167,7 +167,7 @@ def test_f16_matrices_without_the_kernels_are_upcast_in_the_graph(tiny_model):
     assert m == 0.0
 
 
-@pytest.mark.parametrize("n", [1, 8, 40])
+@pytest.mark.parametrize("n", [1, 3, 5, 8, 40])
 def test_q8_0_rows_give_the_bits_of_their_f32_dequantization(n):
     """A Q8_0 matrix read by the row products (dequantized in registers, ``ops.mul_mat`` with
     ``quantized="dequantize"``) gives the bits of the product of its F32 dequantization (ggml's

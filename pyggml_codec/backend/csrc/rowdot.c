@@ -24,6 +24,8 @@
 #define PG_RD_R 4
 #define PG_RD_C 6
 #define PG_RD_C_NARROW 4
+#define PG_RD_R_F16_1 2
+#define PG_RD_R_Q8_0 3
 typedef __m512 pg_vf;
 #define VZERO() _mm512_setzero_ps()
 #define VLOAD(p) _mm512_loadu_ps(p)
@@ -41,6 +43,8 @@ static inline float vsum(pg_vf v) {
 #define PG_RD_R 3
 #define PG_RD_C 4
 #define PG_RD_C_NARROW 4
+#define PG_RD_R_F16_1 PG_RD_R  /* not measured on a CPU without AVX-512 */
+#define PG_RD_R_Q8_0 PG_RD_R
 typedef __m256 pg_vf;
 #define VZERO() _mm256_setzero_ps()
 #define VLOAD(p) _mm256_loadu_ps(p)
@@ -58,6 +62,12 @@ static inline float vsum(pg_vf v) { return pg_hsum8(v); }
    outside the blocked loops, rows of at most PG_RD_UP_MAX_K values (PG_RD_R of them stay in L1) */
 #define PG_RD_UP_COLS 12
 #define PG_RD_UP_MAX_K 2048
+/* Rows per block of the few-column loops, where the weights are read as stored: PG_RD_R, except
+ * F16 rows against one column (PG_RD_R_F16_1) and Q8_0 rows against at most PG_RD_C_NARROW
+ * columns (PG_RD_R_Q8_0). AVX-512, 2 threads, 3072 x 1024 and 1024 x 3072 rows from memory:
+ * F16 against one column, 2 rows 30-34 GB/s, 4 rows 26-29; Q8_0 against one column, 3 rows 24-27,
+ * 4 rows 20-25, against four 19 and 17; against eight, or F16 against two to eight, no better
+ * than 4 rows. Each output's sum is the same whatever the block. */
 /* the cache budgets of the blocked loops (pg_rowdot) */
 #define PG_RD_L1_BYTES (24 << 10)
 #define PG_RD_L2_BYTES (512 << 10)
@@ -332,6 +342,9 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
     }
     const int kind = af ? PG_RD_F32 : a_kind;
     const int64_t width = kind == PG_RD_F32 ? PG_RD_C : PG_RD_C_NARROW;
+    /* rows per block as read (see PG_RD_R_F16_1) */
+    const int64_t rb = kind == PG_RD_Q8_0 && n <= PG_RD_C_NARROW ? PG_RD_R_Q8_0
+                     : kind == PG_RD_F16 && n == 1 ? PG_RD_R_F16_1 : PG_RD_R;
     const int64_t arow = up_block ? kv * (int64_t)sizeof(float) : row;  /* bytes between the rows read */
     /* the K tails of a panel's columns, zero-padded to V values, made once per panel */
     const int64_t most = n < panel ? n : panel;
@@ -358,11 +371,11 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
                reads from memory go on through every block's products */
             const int64_t nblk = (j1 - j0 + width - 1) / width;
             const int64_t spread = nblk <= PG_RD_PF_SPREAD ? nblk : 1;
-            const int64_t share = (PG_RD_R * arow / spread + 63) / 64 * 64;
+            const int64_t share = (rb * arow / spread + 63) / 64 * 64;
             /* a share spread over a block's kv / V vectors, in whole cache lines */
             const int64_t pf_share = kv > 0 ? (share / (kv / PG_RD_V) + 63) / 64 * 64 : 0;
-            for (int64_t i0 = ib0; i0 < ib1; i0 += PG_RD_R) {
-                const int r = (int)(ib1 - i0 < PG_RD_R ? ib1 - i0 : PG_RD_R);
+            for (int64_t i0 = ib0; i0 < ib1; i0 += rb) {
+                const int r = (int)(ib1 - i0 < rb ? ib1 - i0 : rb);
                 const char * src = (const char *)a + (size_t)(i0 * row);  /* the rows as stored */
                 const char * ar = ab + (size_t)((i0 - ib0) * arow);
                 int64_t ra = arow;
@@ -381,9 +394,9 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
                     /* the next full block of rows as read (rows converted per block: as stored, which
                        the conversion reads) is fetched by the first `spread` column blocks, a share each */
                     const int64_t t = (jb - j0) / width;
-                    const int fetch = t < spread && kv > 0 && i0 + 2 * PG_RD_R <= ib1;
+                    const int fetch = t < spread && kv > 0 && i0 + 2 * rb <= ib1;
                     const char * pf = !fetch ? NULL
-                        : (up_rows ? src + (size_t)(PG_RD_R * row) : ar + (size_t)(PG_RD_R * arow)) + t * share;
+                        : (up_rows ? src + (size_t)(rb * row) : ar + (size_t)(rb * arow)) + t * share;
                     rd_dispatch(r, cc, kind, ar, ra, br, ldb, kv, ta, tb, tail, out, pf, pf_share, !blocked);
                     for (int i = 0; i < r; i++)
                         for (int j = 0; j < cc; j++) {
