@@ -52,6 +52,7 @@ def _rel(got: np.ndarray, want: np.ndarray) -> float:
     (5, 3, 1, 1, 1, 2), (37, 19, 3, 1, 1, 2), (64, 33, 4, 1, 1, 3),  # K and row tails, one column
     (1024, 70, 9, 1, 1, 2), (300, 40, 15, 2, 2, 1), (40, 24, 13, 1, 3, 2), (300, 40, 48, 2, 2, 1),
     (129, 50, 16, 1, 1, 3), (129, 50, 200, 1, 1, 2),  # batches, a broadcast; F16 past 48 columns
+    (100, 37, 6, 1, 1, 2), (33, 21, 8, 1, 1, 3),  # five to eight columns, taken together
 ])
 def test_rowdot_matches_numpy(a_type, k, m, n, batch_a, batch_b, threads):
     if a_type == ops.F32 and n > kernels.rowdot_max_columns(ops.F32):
@@ -96,6 +97,8 @@ def test_rowdot_column_thread_and_type_invariant():
     full = _product(a16, b, 2, ops.F16)
     for j in (0, 5, n - 1):
         assert np.array_equal(_product(a16, b[j:j + 1], 2, ops.F16).reshape(-1), full[j]), f"column {j} alone"
+    for j0, j1 in ((0, 4), (1, 7), (3, 11)):
+        assert np.array_equal(_product(a16, b[j0:j1], 2, ops.F16), full[j0:j1]), f"columns {j0}-{j1 - 1}"
     for threads in (1, 3):
         assert np.array_equal(_product(a16, b, threads, ops.F16), full), f"{threads} threads"
     few = kernels.ROWDOT_MAX_N
@@ -167,7 +170,7 @@ def test_f16_matrices_without_the_kernels_are_upcast_in_the_graph(tiny_model):
     assert m == 0.0
 
 
-@pytest.mark.parametrize("n", [1, 3, 5, 8, 40])
+@pytest.mark.parametrize("n", [1, 3, 5, 7, 8, 40])
 def test_q8_0_rows_give_the_bits_of_their_f32_dequantization(n):
     """A Q8_0 matrix read by the row products (dequantized in registers, ``ops.mul_mat`` with
     ``quantized="dequantize"``) gives the bits of the product of its F32 dequantization (ggml's
