@@ -5,9 +5,10 @@
  * Why: OpenBLAS's sgemm packs the whole weight matrix for every call, which is most of the
  * time of a product with a few columns (a streamed chunk's: 1 to 32), and ggml's own F16
  * product rounds the activations to F16. Here the weights are read once, in their stored
- * type (half the bytes of F32 for an F16 file), in blocks of PG_RD_R rows kept in L1 while
- * the columns stream past in blocks of PG_RD_C (F32 rows) or PG_RD_C_NARROW (F16 and Q8_0 rows
- * converted per vector). Against a panel of PG_RD_UP_COLS columns or more, a block of F16 or Q8_0
+ * type (half the bytes of F32 for an F16 file), in blocks of PG_RD_R rows (or fewer: see
+ * PG_RD_R_F16_1) kept in L1 while the columns stream past in blocks of PG_RD_C (F32 rows) or
+ * PG_RD_C_NARROW (F16 and Q8_0 rows converted per vector; up to PG_RD_C_NARROW_2R against 2-row
+ * blocks). Against a panel of PG_RD_UP_COLS columns or more, a block of F16 or Q8_0
  * rows is converted once into F32 (the same values) and taken as F32 rows: each vector converted
  * once per panel instead of once per block of columns, and PG_RD_C columns at a time (F16 rows,
  * one thread, 1.2-1.35x at 100-2048 columns; Q8_0 rows 1.5-1.9x).
