@@ -55,7 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--page", type=Path, default=None,
                    help="write the tables as this machine kind's section of this page (docs/performance.md)")
     p.add_argument("--command", default=None, help="the command line the page shows (default: this one)")
-    p.add_argument("--bandwidth-mib", type=int, default=512, help="buffer of the bandwidth read (MiB)")
+    p.add_argument("--bandwidth-mib", type=int, default=None,
+                   help="buffer of the bandwidth read (MiB; default 512, or twice the last-level cache)")
     p.add_argument("--size", choices=["full", "tiny"], default="full",
                    help="the random-weight model: full (S2 Pro size) or tiny (a smoke run of this script)")
     p.add_argument("--s2cpp", type=Path, default=None, metavar="TREE",
@@ -85,6 +86,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.streams_only:
         args.streams, args.dtypes, args.no_rss = args.streams or 64, [], True
     args.frames_one = 32 if args.quick else 216
+    if args.bandwidth_mib is None:
+        import limits
+        args.bandwidth_mib = limits.bandwidth_mib()
     return args
 
 

@@ -246,7 +246,8 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--precision", default="f32")
     p.add_argument("--no-rss", action="store_true")
-    p.add_argument("--bandwidth-mib", type=int, default=512, help="buffer of the bandwidth read (MiB)")
+    p.add_argument("--bandwidth-mib", type=int, default=None,
+                   help="buffer of the bandwidth read (MiB; default 512, or twice the last-level cache)")
     p.add_argument("--rss-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.rss_child:
@@ -256,6 +257,8 @@ def main(argv=None) -> int:
     import pyggml_codec
 
     others = limits.OthersWatch().start()
+    if args.bandwidth_mib is None:
+        args.bandwidth_mib = limits.bandwidth_mib()
     bandwidth = limits.bandwidth_gbs(args.threads, args.bandwidth_mib)
     with pyggml_codec.load(args.model, backend="cpu", n_threads=args.threads, precision=args.precision,
                            parts="decode") as c:

@@ -2,8 +2,9 @@
 
 * :func:`sgemm_gflops`: numpy's (OpenBLAS) SGEMM rate at a thread count, best of N, on
   1024 x 1024 x 1024 and on the codec's own product shapes;
-* :func:`bandwidth_gbs`: a streaming read of a buffer larger than the last-level cache (512 MiB
-  by default), split over the threads, best of N;
+* :func:`bandwidth_gbs`: a streaming read of a buffer larger than the last-level cache
+  (:func:`bandwidth_mib`: 512 MiB, or twice the cache where that is more), split over the
+  threads, best of N;
 * :class:`FlopMeter`: the operations of every graph the codec computes while it is active
   (``pyggml_codec.backend.flops``: products, Winograd transforms, elementwise), and the bytes of
   weights those graphs read;
@@ -129,7 +130,33 @@ def sgemm_gflops(threads: int, shapes=(REFERENCE_SHAPE,), reps: int = 5, min_s: 
     return out
 
 
-def bandwidth_gbs(threads: int, mib: int = 512, reps: int = 5) -> float:
+BANDWIDTH_MIB = 512  # the bandwidth read's least buffer
+
+
+def last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """The largest cache that Linux lists for CPU 0 (``index*/size``: "32K", "2048K", "504M"), in
+    bytes; None where it lists none."""
+    sizes = []
+    for index in Path(root).glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        m = re.fullmatch(r"(\d+)([KMG]?)", text)
+        if m:
+            sizes.append(int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)])
+    return max(sizes) if sizes else None
+
+
+def bandwidth_mib(llc_bytes: int | None = None) -> int:
+    """The bandwidth read's buffer: BANDWIDTH_MIB, or twice the last-level cache where that is
+    more. A buffer barely past the cache is not read from memory throughout: a cache that keeps
+    part of a cyclic stream (as adaptive replacement does) serves that part."""
+    llc = last_level_cache_bytes() if llc_bytes is None else llc_bytes
+    return max(BANDWIDTH_MIB, -(-2 * llc // (1 << 20))) if llc else BANDWIDTH_MIB
+
+
+def bandwidth_gbs(threads: int, mib: int = BANDWIDTH_MIB, reps: int = 5) -> float:
     """GB/s of a streaming read of a ``mib`` MiB buffer (larger than the last-level cache),
     ``threads`` numpy reductions over equal parts at once, best of ``reps``."""
     buf = np.ones((mib << 20) // 8, dtype=np.int64)

@@ -131,6 +131,19 @@ def test_page_writer_keeps_prose_after_the_tables(tmp_path):
     assert text.rstrip().endswith("After the tables.")
 
 
+def test_bandwidth_buffer_is_twice_the_last_level_cache_past_512_mib(tmp_path):
+    for i, size in enumerate(["48K", "2048K", "504M", "bad"]):
+        (tmp_path / f"index{i}").mkdir()
+        (tmp_path / f"index{i}" / "size").write_text(size + "\n")
+    (tmp_path / "index9").mkdir()  # no size file
+    assert limits.last_level_cache_bytes(str(tmp_path)) == 504 << 20
+    assert limits.last_level_cache_bytes(str(tmp_path / "missing")) is None
+    assert limits.bandwidth_mib(504 << 20) == 1008
+    assert limits.bandwidth_mib(105 << 20) == 512  # a cache well inside 512 MiB
+    llc = limits.last_level_cache_bytes()  # this machine's, or None
+    assert limits.bandwidth_mib() == (max(512, -(-2 * llc // (1 << 20))) if llc else 512)
+
+
 def test_measurements_return_rates():
     rates = limits.sgemm_gflops(1, [(64, 64, 64)], reps=1, min_s=0.0)
     assert set(rates) == {(64, 64, 64)} and rates[(64, 64, 64)] > 0
