@@ -445,8 +445,11 @@ def test_per_op_profile_runs_every_node(tiny_model):
         assert "MUL_MAT" in ops_seen
 
 
+# The last three span several of the kernel's tiles of columns (256 KB of columns each: 170, 102
+# and 662 columns), the last with K < stride (samples no column reaches).
 @pytest.mark.parametrize("k,stride,cout,length,threads", [(16, 8, 5, 9, 2), (4, 2, 96, 300, 2), (8, 4, 3, 1, 1),
-                                                          (4, 4, 7, 33, 3), (3, 2, 17, 40, 4)])
+                                                          (4, 4, 7, 33, 3), (3, 2, 17, 40, 4), (4, 2, 96, 3001, 2),
+                                                          (16, 8, 40, 700, 3), (3, 4, 33, 2100, 2)])
 def test_col2im_kernel_bit_identical(k, stride, cout, length, threads):
     """The compiled overlap-add of conv-transpose columns equals ggml_col2im_1d bit for bit
     (each output sums at most K / stride terms, in the same order)."""
@@ -473,7 +476,43 @@ def test_col2im_kernel_bit_identical(k, stride, cout, length, threads):
     np.testing.assert_array_equal(out["ours"], out["ggml"])
 
 
+@pytest.mark.parametrize("k,stride,cout,length,tail,threads", [(4, 2, 96, 3001, 2, 2), (16, 8, 40, 700, 8, 3),
+                                                               (4, 2, 7, 50, 2, 1), (3, 2, 17, 1, 1, 2)])
+def test_col2im_kernel_from_a_carried_tail(k, stride, cout, length, tail, threads):
+    """With a stream's carried overlap (prev), each output starts from prev where it reaches, else
+    from 0, and adds its columns' terms in the order of t: numpy's float32 sums in that order,
+    bit for bit, over several tiles of columns. Metric: max abs difference; tolerance 0."""
+    if not kernels.AVAILABLE:
+        pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
+    from pyggml_codec.graphs import ops
+
+    rng = np.random.default_rng(k + length)
+    cols = rng.standard_normal((length, k * cout)).astype(np.float32)
+    prev = rng.standard_normal((cout, tail)).astype(np.float32)
+    want = np.zeros((cout, (length - 1) * stride + k), dtype=np.float32)
+    want[:, :tail] = prev
+    for t in range(length):
+        want[:, t * stride:t * stride + k] += cols[t].reshape(cout, k)
+    backend = runtime.start_backend("cpu")
+    backend.set_threads(threads)
+    graph = Graph(backend, 16 << 20)
+    try:
+        def build(g):
+            c, p = g.input("cols", cols), g.input("prev", prev)
+            return {"ours": kernels.col2im(g.ctx, c, k, stride, g.keep, p)}
+
+        graph.build(build, ops.Builder(ctx=graph.ctx))
+        out = graph.run()
+    finally:
+        graph.free()
+        backend.free()
+    diff = float(np.max(np.abs(out["ours"] - want)))
+    print(f"col2im from a carried tail: max abs {diff:.1e} (bound 0)")
+    np.testing.assert_array_equal(out["ours"], want)
+
+
 @pytest.mark.parametrize("k,stride,cout,n,segments,threads", [(16, 8, 5, 1, 3, 2), (4, 2, 96, 37, 8, 2),
+                                                             (4, 2, 96, 400, 3, 2),
                                                              (8, 4, 3, 2, 2, 3), (3, 2, 17, 5, 4, 1)])
 def test_col2im_segments_equal_each_stream_alone(k, stride, cout, n, segments, threads):
     """A batched step's overlap-add (segments S) gives each stream's samples bit for bit as the

@@ -463,13 +463,49 @@ void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
 
 /* Overlap-add of conv-transpose columns (ggml_col2im_1d's layout and values, padding 0):
  * src0 cols: contiguous F32 ne [K*Cout, T], row oc*K + k of column t; dst: contiguous F32
- * ne [(T-1)*s + K, Cout], y[oc][t*s + k] += cols[t][oc*K + k]. Threads split the output
- * channels; time runs outermost, so the columns are read in order and each channel's
- * output is written as one forward stream. userdata: int64 [3] = K, s, S.
+ * ne [(T-1)*s + K, Cout], y[oc][t*s + k] += cols[t][oc*K + k]: each output from 0 (or prev),
+ * then its terms in the order of t. Threads split the output channels. Each output is summed
+ * in a register and stored once, a channel's samples in tiles of PG_COL2IM_TILE columns' worth
+ * (their columns stay in L2 while the thread's channels read them). (Adding column after column
+ * into every channel's row went at 5-11 GB/s: a chain of loads, adds and stores through each
+ * sample the columns overlap.) userdata: int64 [3] = K, s, S.
  * src1 (optional) prev: a stream's overlap from its last chunk, where each segment starts.
  * S > 1 segments (a batched step): S streams' T / S columns in turn, each overlap-added on its
  * own into its T / S * s samples of dst, in turn, starting from its own prev (ne [P, Cout, 1, S]);
  * the samples past a stream's (its next overlap) are not added, and dst's last K - s stay 0. */
+enum { PG_COL2IM_TILE_BYTES = 256 << 10 };
+
+/* Sample block v (samples v s + j, j < jn) of one channel from its columns co (co[t row + k]):
+ * 0 (z, which the compiler may not fold: -ffast-math would drop 0 + -0) or the carried prev below
+ * tail, then the terms of columns v - q, q from the last that reaches it down to 0. */
+static inline void col2im_block(float * restrict yo, const float * restrict co, const float * restrict po, int64_t v,
+                                int64_t jn, int64_t st, int64_t kk, int64_t qn, int64_t row, int64_t t_seg,
+                                int64_t tail, float z) {
+    for (int64_t j = 0; j < jn; j++) {
+        const int64_t at = v * st + j;
+        float acc = at < tail ? po[at] : z;
+        for (int64_t q = qn - 1; q >= 0; q--) {
+            const int64_t t = v - q, k = q * st + j;
+            if (t >= 0 && t < t_seg && k < kk) acc += co[t * row + k];
+        }
+        yo[at] = acc;
+    }
+}
+
+/* Blocks [v0, v1) of one channel where K = 2 s, each block whole, past the carried tail, with
+ * both of its columns: (0 + the second half of column v - 1) + the first half of column v. */
+#define PG_COL2IM_PAIRS(ST)                                                                               \
+static void col2im_pairs_##ST(float * restrict yo, const float * restrict co, int64_t v0, int64_t v1,        \
+                              int64_t row, float z) {                                                    \
+    for (int64_t v = v0; v < v1; v++) {                                                                  \
+        const float * restrict a = co + v * row, * restrict b = co + (v - 1) * row + (ST);               \
+        for (int64_t j = 0; j < (ST); j++) yo[v * (ST) + j] = (z + b[j]) + a[j];                         \
+    }                                                                                                    \
+}
+PG_COL2IM_PAIRS(2)
+PG_COL2IM_PAIRS(4)
+PG_COL2IM_PAIRS(8)
+
 void pg_col2im(void * dst_, int ith, int nth, void * userdata) {
     const int64_t * p = userdata;
     struct pg_tensor * dst = dst_;
@@ -477,26 +513,46 @@ void pg_col2im(void * dst_, int ith, int nth, void * userdata) {
     const int64_t kk = p[0], st = p[1], segs = p[2] > 1 ? p[2] : 1;
     const int64_t lout = dst->ne[0], cout = dst->ne[1], row = cols->ne[0];
     const int64_t t_seg = cols->ne[1] / segs, lseg = segs > 1 ? t_seg * st : lout;
+    const int64_t nv = (lseg + st - 1) / st;  /* sample blocks [v s, v s + s) of a segment */
+    const int64_t qn = (kk + st - 1) / st;    /* the columns that reach one sample: at most qn */
+    void (*pairs)(float *, const float *, int64_t, int64_t, int64_t, float) =
+        kk != 2 * st ? NULL : st == 2 ? col2im_pairs_2 : st == 4 ? col2im_pairs_4 : st == 8 ? col2im_pairs_8 : NULL;
+    int64_t tile = PG_COL2IM_TILE_BYTES / (int64_t) sizeof(float) / row;
+    tile = tile > 1 ? tile : 1;
+    float z = 0.0f;
+    __asm__("" : "+x"(z));
     int64_t o0, o1;
     pg_share(cout, ith, nth, &o0, &o1);
     float * y = dst->data;
     const float * c = cols->data;
-    for (int64_t oc = o0; oc < o1; oc++) memset(y + oc * lout, 0, sizeof(float) * (size_t)lout);
+    for (int64_t oc = o0; oc < o1; oc++)  /* past the segments (S > 1): zeros */
+        memset(y + oc * lout + segs * lseg, 0, sizeof(float) * (size_t)(lout - segs * lseg));
     for (int64_t sg = 0; sg < segs; sg++) {
         float * ys = y + sg * lseg;
-        if (prev) {  /* a stream's overlap from its last chunk: what the earlier columns put there */
-            const int64_t tail = prev->ne[0] < lseg ? prev->ne[0] : lseg, ldp = (int64_t)(prev->nb[1] / sizeof(float));
-            const float * ps = (const float *)((const char *)prev->data + sg * prev->nb[3]);
-            for (int64_t oc = o0; oc < o1; oc++)
-                memcpy(ys + oc * lout, ps + oc * ldp, sizeof(float) * (size_t)tail);
-        }
-        for (int64_t t = 0; t < t_seg; t++) {
-            const float * ct = c + (sg * t_seg + t) * row;
-            const int64_t nk = lseg - t * st < kk ? lseg - t * st : kk;  /* taps before the segment's end */
+        const float * cs = c + sg * t_seg * row;
+        const float * ps = prev ? (const float *)((const char *)prev->data + sg * prev->nb[3]) : NULL;
+        const int64_t tail = prev ? (prev->ne[0] < lseg ? prev->ne[0] : lseg) : 0;
+        const int64_t ldp = prev ? (int64_t)(prev->nb[1] / sizeof(float)) : 0;
+        /* the blocks that pairs() takes: past the tail and block 0, with column v, whole */
+        const int64_t f0 = (tail + st - 1) / st > 1 ? (tail + st - 1) / st : 1;
+        const int64_t f1 = t_seg < lseg / st ? t_seg : lseg / st;
+        for (int64_t v0 = 0; v0 < nv; v0 += tile) {
+            const int64_t v1 = v0 + tile < nv ? v0 + tile : nv;
+            const int64_t a = pairs ? (v0 > f0 ? v0 : f0) : v1, b = pairs ? (v1 < f1 ? v1 : f1) : v1;
             for (int64_t oc = o0; oc < o1; oc++) {
-                float * restrict yo = ys + oc * lout + t * st;
-                const float * restrict co = ct + oc * kk;
-                for (int64_t k = 0; k < nk; k++) yo[k] += co[k];
+                float * restrict yo = ys + oc * lout;
+                const float * po = ps ? ps + oc * ldp : NULL;
+                const float * co = cs + oc * kk;
+                int64_t v = v0;
+                if (a < b) {
+                    for (; v < a; v++) col2im_block(yo, co, po, v, st, st, kk, qn, row, t_seg, tail, z);
+                    pairs(yo, co, a, b, row, z);
+                    v = b;
+                }
+                for (; v < v1; v++) {
+                    const int64_t jn = lseg - v * st < st ? lseg - v * st : st;
+                    col2im_block(yo, co, po, v, jn, st, kk, qn, row, t_seg, tail, z);
+                }
             }
         }
     }
