@@ -11,7 +11,8 @@ What is counted (a multiply-add is 2 operations):
 * transforms: Winograd's input ``2 n n Cin tiles`` and output ``2 m n Cout tiles`` (dense
   tables, as the kernel applies them);
 * elementwise: output elements times a per-op step count (Snake 5, bias + Snake 6, norms 4,
-  softmax 4, sin and erf as one step each), and ``col2im`` one add per column element.
+  softmax 4, sin and erf as one step each), and ``col2im`` one add per column element (and one
+  per output element where it adds the bias).
 
 Data movement (views, copies, ``IM2COL``, ``GET_ROWS``, concat, pad) is 0. An op with no rule
 here is listed in :attr:`FlopCount.uncounted`, never silently dropped.
@@ -169,8 +170,8 @@ def _count_custom(node, op: str, out: FlopCount) -> None:
         return
     if kernel in KERNEL_STEPS:
         out.add(label, "elementwise", KERNEL_STEPS[kernel] * _elements(node))
-    elif kernel == "col2im":
-        out.add(label, "elementwise", _elements(_src(node, 0)))
+    elif kernel == "col2im":  # an add per column element, and per output element with the bias in it
+        out.add(label, "elementwise", _elements(_src(node, 0)) + (_elements(node) if _params(node, 4)[3] else 0))
     elif kernel in PRODUCT_KERNELS:
         out.add(label, "products", *_product(_src(node, 0), _src(node, 1)))
     elif kernel == "conv_taps":  # w ne [Cin, Cout, K], out ne [L, Cout]

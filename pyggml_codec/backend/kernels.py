@@ -227,7 +227,8 @@ def transpose(ctx, x):
                               N_TASKS_MAX, None)
 
 
-def col2im(ctx, cols, k: int, stride: int, keep: list, prev=None, segments: int = 1):
+def col2im(ctx, cols, k: int, stride: int, keep: list, prev=None, segments: int = 1, bias=None,
+           n_keep: int | None = None):
     """``ggml_col2im_1d(cols, stride, Cout, 0)`` for contiguous F32 ``cols`` ``[K*Cout, T]``:
     ``[(T-1)*stride + K, Cout]``, same values. ggml 0.15.3's CPU op ran the decoder's last
     conv-transpose (192 -> 96 channels, 1 s) in 105-203 ms on one thread. ``prev`` (F32
@@ -237,19 +238,28 @@ def col2im(ctx, cols, k: int, stride: int, keep: list, prev=None, segments: int 
     ``segments`` S > 1: a batched step, S streams' ``T / S`` columns in turn, each overlap-added
     alone from its own ``prev`` (``[P, Cout, 1, S]``): each stream's ``T / S * stride`` samples in
     turn, then K - stride zeros (its next overlap, past them, is not kept; the rows keep ggml's
-    length, which also keeps them off power-of-two strides)."""
+    length, which also keeps them off power-of-two strides).
+
+    ``bias`` (contiguous F32, Cout values; one segment, no ``prev``) and ``n_keep``: the first
+    ``n_keep`` samples alone, ``[n_keep, Cout]``, each plus its channel's bias: the values of
+    ggml_add after a view of them, with no pass over the whole output after it."""
     t_in = int(cols.contents.ne[1])
     if segments > 1 and (t_in % segments or prev is None or int(prev.contents.ne[3]) != segments
                          or k - stride > t_in // segments * stride):
         raise ValueError(f"{segments} segments of a conv-transpose over {t_in} columns")
-    params = np.array([k, stride, segments], dtype=np.int64)
-    keep.append(params)
     cout = int(cols.contents.ne[0]) // k
     n_out = (t_in - 1) * stride + k
-    srcs = [cols] if prev is None else [cols, prev]
+    if bias is not None and (prev is not None or segments > 1 or int(lib.ggml_nelements(bias)) != cout):
+        raise ValueError("a conv-transpose's bias is added in its overlap-add for one segment without a carried "
+                         f"tail, one value per channel ({cout})")
+    if n_keep is not None and not 0 < n_keep <= n_out or n_keep is not None and prev is not None:
+        raise ValueError(f"keep 1 to {n_out} samples of a conv-transpose without a carried tail, not {n_keep}")
+    params = np.array([k, stride, segments, bias is not None], dtype=np.int64)
+    keep.append(params)
+    srcs = [cols] + ([] if prev is None else [prev]) + ([] if bias is None else [bias])
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
-    return lib.ggml_custom_4d(ctx, 0, n_out, cout, 1, 1, args, len(srcs), OPS["col2im"], N_TASKS_MAX,
-                              params.ctypes.data_as(ctypes.c_void_p))
+    return lib.ggml_custom_4d(ctx, 0, n_out if n_keep is None else n_keep, cout, 1, 1, args, len(srcs),
+                              OPS["col2im"], N_TASKS_MAX, params.ctypes.data_as(ctypes.c_void_p))
 
 
 def im2col_supported(dst_type: int, k: int, with_prev: bool, dilation: int) -> bool:

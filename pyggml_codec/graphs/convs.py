@@ -280,6 +280,11 @@ def conv_transpose1d(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, s
             tail = lib.ggml_view_2d(g.ctx, y, k - stride, cout, y.contents.nb[1], n_out * y.contents.nb[0])
             emit_carry(g, name, tail)
             return _first_samples(g, y, n_out, b)
+        if g.stream is None and _col2im_kernel(g, cols) and (
+                b is None or binding.tensor_type(b) == F32 and lib.ggml_is_contiguous(b)):
+            # the kept samples alone, each with its bias: no crop copy or bias pass after it
+            g.lowerings["col2im"] = "custom"
+            return kernels.col2im(g.ctx, cols, k, stride, g.keep, bias=b, n_keep=n_out)
         y = _col2im(g, cols, k, stride, cout)
     else:
         y = lib.ggml_conv_transpose_1d(g.ctx, w, transpose(g, x_cl), stride, 0, 1)

@@ -476,6 +476,46 @@ def test_col2im_kernel_bit_identical(k, stride, cout, length, threads):
     np.testing.assert_array_equal(out["ours"], out["ggml"])
 
 
+@pytest.mark.parametrize("k,stride,cout,length,threads", [(4, 2, 96, 3001, 2), (16, 8, 40, 700, 3), (3, 2, 17, 40, 2),
+                                                          (4, 4, 7, 33, 1), (8, 4, 3, 1, 2)])
+def test_col2im_kernel_with_bias_keeps_the_first_samples(k, stride, cout, length, threads):
+    """With a bias and n_keep, the overlap-add gives ggml's col2im_1d, its first n_keep samples,
+    plus ggml_add's bias, bit for bit (the one-shot conv-transpose's output, no pass after it).
+    Metric: max abs difference; tolerance 0."""
+    if not kernels.AVAILABLE:
+        pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
+    from pyggml_codec.graphs import ops
+
+    rng = np.random.default_rng(k * length)
+    cols = rng.standard_normal((length, k * cout)).astype(np.float32)
+    bias = rng.standard_normal(cout).astype(np.float32)
+    n_keep = length * stride
+    backend = runtime.start_backend("cpu")
+    backend.set_threads(threads)
+    graph = Graph(backend, 16 << 20)
+    try:
+        def build(g):
+            c, b = g.input("cols", cols), g.input("bias", bias)
+            full = ops.lib.ggml_col2im_1d(g.ctx, c, stride, cout, 0)
+            head = ops.lib.ggml_view_2d(g.ctx, full, n_keep, cout, full.contents.nb[1], 0)
+            want = ops.lib.ggml_add(g.ctx, ops.lib.ggml_cont(g.ctx, head), ops.reshape_2d(g, b, 1, cout))
+            with pytest.raises(ValueError, match="bias is added in its overlap-add"):  # not with a carried tail
+                kernels.col2im(g.ctx, c, k, stride, g.keep, prev=c, bias=b)
+            with pytest.raises(ValueError, match="keep 1 to"):
+                kernels.col2im(g.ctx, c, k, stride, g.keep, bias=b, n_keep=(length - 1) * stride + k + 1)
+            return {"ours": kernels.col2im(g.ctx, c, k, stride, g.keep, bias=b, n_keep=n_keep), "ggml": want}
+
+        graph.build(build, ops.Builder(ctx=graph.ctx))
+        out = graph.run()
+    finally:
+        graph.free()
+        backend.free()
+    assert out["ours"].shape == out["ggml"].shape == (cout, n_keep)
+    diff = float(np.max(np.abs(out["ours"] - out["ggml"])))
+    print(f"col2im with bias, first {n_keep} samples: max abs {diff:.1e} against ggml (bound 0)")
+    np.testing.assert_array_equal(out["ours"], out["ggml"])
+
+
 @pytest.mark.parametrize("k,stride,cout,length,tail,threads", [(4, 2, 96, 3001, 2, 2), (16, 8, 40, 700, 8, 3),
                                                                (4, 2, 7, 50, 2, 1), (3, 2, 17, 1, 1, 2)])
 def test_col2im_kernel_from_a_carried_tail(k, stride, cout, length, tail, threads):

@@ -465,22 +465,36 @@ void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
  * src0 cols: contiguous F32 ne [K*Cout, T], row oc*K + k of column t; dst: contiguous F32
  * ne [(T-1)*s + K, Cout], y[oc][t*s + k] += cols[t][oc*K + k]: each output from 0 (or prev),
  * then its terms in the order of t. Threads split the output channels. Each output is summed
- * in a register and stored once, a channel's samples in tiles of PG_COL2IM_TILE columns' worth
- * (their columns stay in L2 while the thread's channels read them). (Adding column after column
- * into every channel's row went at 5-11 GB/s: a chain of loads, adds and stores through each
- * sample the columns overlap.) userdata: int64 [3] = K, s, S.
+ * in a register and stored once, a channel's samples in tiles of PG_COL2IM_TILE_BYTES of columns
+ * (which stay in L2 while the thread's channels read them). (Adding column after column into
+ * every channel's row went at 5-11 GB/s: a chain of loads, adds and stores through each sample
+ * the columns overlap.) userdata: int64 [4] = K, s, S, B.
  * src1 (optional) prev: a stream's overlap from its last chunk, where each segment starts.
  * S > 1 segments (a batched step): S streams' T / S columns in turn, each overlap-added on its
  * own into its T / S * s samples of dst, in turn, starting from its own prev (ne [P, Cout, 1, S]);
- * the samples past a stream's (its next overlap) are not added, and dst's last K - s stay 0. */
+ * the samples past a stream's (its next overlap) are not added, and dst's last K - s stay 0.
+ * B = 1 (one segment, no prev): the last src is a bias, F32 [1, Cout], added to each finished
+ * sum (ggml_add's values after the op), and dst may be shorter (ne0 <= (T-1)*s + K): its first
+ * samples alone, the conv-transpose's cropped output with no copy or bias pass after it.
+ * The sums' order is written out (no reassociation), and their 0 is one the compiler cannot fold
+ * (fast math would drop 0 + -0, which ggml's op computes). */
 enum { PG_COL2IM_TILE_BYTES = 256 << 10 };
+static volatile float pg_col2im_zero = 0.0f;
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-associative-math")
+#endif
 
 /* Sample block v (samples v s + j, j < jn) of one channel from its columns co (co[t row + k]):
- * 0 (z, which the compiler may not fold: -ffast-math would drop 0 + -0) or the carried prev below
- * tail, then the terms of columns v - q, q from the last that reaches it down to 0. */
+ * z or the carried prev below tail, then the terms of columns v - q, q from the last that reaches
+ * it down to 0, then the bias where has_bias. */
 static inline void col2im_block(float * restrict yo, const float * restrict co, const float * restrict po, int64_t v,
                                 int64_t jn, int64_t st, int64_t kk, int64_t qn, int64_t row, int64_t t_seg,
-                                int64_t tail, float z) {
+                                int64_t tail, float z, int has_bias, float bias) {
+#ifdef __clang__
+#pragma clang fp reassociate(off)
+#endif
     for (int64_t j = 0; j < jn; j++) {
         const int64_t at = v * st + j;
         float acc = at < tail ? po[at] : z;
@@ -488,18 +502,28 @@ static inline void col2im_block(float * restrict yo, const float * restrict co, 
             const int64_t t = v - q, k = q * st + j;
             if (t >= 0 && t < t_seg && k < kk) acc += co[t * row + k];
         }
-        yo[at] = acc;
+        yo[at] = has_bias ? acc + bias : acc;
     }
 }
 
 /* Blocks [v0, v1) of one channel where K = 2 s, each block whole, past the carried tail, with
- * both of its columns: (0 + the second half of column v - 1) + the first half of column v. */
+ * both of its columns: (0 + the second half of column v - 1) + the first half of column v
+ * (+ the bias). */
+#ifdef __clang__
+#define PG_NO_REASSOC _Pragma("clang fp reassociate(off)")
+#else
+#define PG_NO_REASSOC
+#endif
 #define PG_COL2IM_PAIRS(ST)                                                                               \
 static void col2im_pairs_##ST(float * restrict yo, const float * restrict co, int64_t v0, int64_t v1,        \
-                              int64_t row, float z) {                                                    \
+                              int64_t row, float z, int has_bias, float bias) {                          \
+    PG_NO_REASSOC                                                                                        \
     for (int64_t v = v0; v < v1; v++) {                                                                  \
         const float * restrict a = co + v * row, * restrict b = co + (v - 1) * row + (ST);               \
-        for (int64_t j = 0; j < (ST); j++) yo[v * (ST) + j] = (z + b[j]) + a[j];                         \
+        if (has_bias)                                                                                    \
+            for (int64_t j = 0; j < (ST); j++) yo[v * (ST) + j] = ((z + b[j]) + a[j]) + bias;            \
+        else                                                                                             \
+            for (int64_t j = 0; j < (ST); j++) yo[v * (ST) + j] = (z + b[j]) + a[j];                     \
     }                                                                                                    \
 }
 PG_COL2IM_PAIRS(2)
@@ -509,18 +533,19 @@ PG_COL2IM_PAIRS(8)
 void pg_col2im(void * dst_, int ith, int nth, void * userdata) {
     const int64_t * p = userdata;
     struct pg_tensor * dst = dst_;
-    const struct pg_tensor * cols = dst->src[0], * prev = dst->src[1];
+    const int has_bias = p[3] == 1;
+    const struct pg_tensor * cols = dst->src[0], * prev = has_bias ? NULL : dst->src[1];
+    const float * bv = has_bias ? ((const struct pg_tensor *) dst->src[1])->data : NULL;
     const int64_t kk = p[0], st = p[1], segs = p[2] > 1 ? p[2] : 1;
     const int64_t lout = dst->ne[0], cout = dst->ne[1], row = cols->ne[0];
     const int64_t t_seg = cols->ne[1] / segs, lseg = segs > 1 ? t_seg * st : lout;
     const int64_t nv = (lseg + st - 1) / st;  /* sample blocks [v s, v s + s) of a segment */
     const int64_t qn = (kk + st - 1) / st;    /* the columns that reach one sample: at most qn */
-    void (*pairs)(float *, const float *, int64_t, int64_t, int64_t, float) =
+    void (*pairs)(float *, const float *, int64_t, int64_t, int64_t, float, int, float) =
         kk != 2 * st ? NULL : st == 2 ? col2im_pairs_2 : st == 4 ? col2im_pairs_4 : st == 8 ? col2im_pairs_8 : NULL;
     int64_t tile = PG_COL2IM_TILE_BYTES / (int64_t) sizeof(float) / row;
     tile = tile > 1 ? tile : 1;
-    float z = 0.0f;
-    __asm__("" : "+x"(z));
+    const float z = pg_col2im_zero;
     int64_t o0, o1;
     pg_share(cout, ith, nth, &o0, &o1);
     float * y = dst->data;
@@ -543,20 +568,25 @@ void pg_col2im(void * dst_, int ith, int nth, void * userdata) {
                 float * restrict yo = ys + oc * lout;
                 const float * po = ps ? ps + oc * ldp : NULL;
                 const float * co = cs + oc * kk;
+                const float bias = has_bias ? bv[oc] : 0.0f;
                 int64_t v = v0;
                 if (a < b) {
-                    for (; v < a; v++) col2im_block(yo, co, po, v, st, st, kk, qn, row, t_seg, tail, z);
-                    pairs(yo, co, a, b, row, z);
+                    for (; v < a; v++) col2im_block(yo, co, po, v, st, st, kk, qn, row, t_seg, tail, z, has_bias, bias);
+                    pairs(yo, co, a, b, row, z, has_bias, bias);
                     v = b;
                 }
                 for (; v < v1; v++) {
                     const int64_t jn = lseg - v * st < st ? lseg - v * st : st;
-                    col2im_block(yo, co, po, v, jn, st, kk, qn, row, t_seg, tail, z);
+                    col2im_block(yo, co, po, v, jn, st, kk, qn, row, t_seg, tail, z, has_bias, bias);
                 }
             }
         }
     }
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 /* dst = src0 transposed (ggml_cont(ggml_transpose(x))'s values: a copy): contiguous F32 src
  * [n0, n1], contiguous dst [n1, n0], dst[c n1 + r] = src[r n0 + c]. In tiles of 32 x 32 by 8 x 8
