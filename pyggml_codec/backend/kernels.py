@@ -240,20 +240,22 @@ def col2im(ctx, cols, k: int, stride: int, keep: list, prev=None, segments: int 
     turn, then K - stride zeros (its next overlap, past them, is not kept; the rows keep ggml's
     length, which also keeps them off power-of-two strides).
 
-    ``bias`` (contiguous F32, Cout values; one segment, no ``prev``) and ``n_keep``: the first
-    ``n_keep`` samples alone, ``[n_keep, Cout]``, each plus its channel's bias: the values of
-    ggml_add after a view of them, with no pass over the whole output after it."""
+    ``n_keep``: the first ``n_keep`` samples alone, ``[n_keep, Cout]`` (with segments, all of the
+    streams' ``T * stride``, no zeros after them); ``bias`` (contiguous F32, Cout values): each
+    sample plus its channel's bias. The values of ggml_add after a view of them, with no pass over
+    the output after it."""
     t_in = int(cols.contents.ne[1])
     if segments > 1 and (t_in % segments or prev is None or int(prev.contents.ne[3]) != segments
                          or k - stride > t_in // segments * stride):
         raise ValueError(f"{segments} segments of a conv-transpose over {t_in} columns")
     cout = int(cols.contents.ne[0]) // k
     n_out = (t_in - 1) * stride + k
-    if bias is not None and (prev is not None or segments > 1 or int(lib.ggml_nelements(bias)) != cout):
-        raise ValueError("a conv-transpose's bias is added in its overlap-add for one segment without a carried "
-                         f"tail, one value per channel ({cout})")
-    if n_keep is not None and not 0 < n_keep <= n_out or n_keep is not None and prev is not None:
-        raise ValueError(f"keep 1 to {n_out} samples of a conv-transpose without a carried tail, not {n_keep}")
+    if bias is not None and int(lib.ggml_nelements(bias)) != cout:
+        raise ValueError(f"a conv-transpose's bias needs one value per channel ({cout}), "
+                         f"got {int(lib.ggml_nelements(bias))}")
+    if n_keep is not None and (not 0 < n_keep <= n_out or segments > 1 and n_keep != t_in * stride):
+        want = f"{t_in * stride} (every stream's samples)" if segments > 1 else f"1 to {n_out}"
+        raise ValueError(f"keep {want} samples of a conv-transpose, not {n_keep}")
     params = np.array([k, stride, segments, bias is not None], dtype=np.int64)
     keep.append(params)
     srcs = [cols] + ([] if prev is None else [prev]) + ([] if bias is None else [bias])

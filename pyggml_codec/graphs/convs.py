@@ -257,6 +257,10 @@ def conv_transpose1d(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, s
     if shape(x_cl)[0] != cin:
         raise ValueError(f"conv-transpose expects {cin} input channels, got {shape(x_cl)[0]}")
     g.lowerings["conv_transpose"] = g.conv_transpose
+    n_out = shape(x_cl)[1] * stride
+    # the compiled overlap-add keeps the output's samples alone and adds the bias to them, so that no
+    # crop or bias pass follows it; a stream's next overlap comes from its last column's taps
+    in_kernel = b is None or binding.tensor_type(b) == F32 and lib.ggml_is_contiguous(b)
     if batched(g) and k > stride:
         if g.conv_transpose != "col2im":
             raise ValueError("batched streams need the col2im conv-transpose lowering")
@@ -264,25 +268,26 @@ def conv_transpose1d(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, s
 
         def streams(c: Tensor, prev: Tensor) -> Tensor:  # each stream's overlap-add from its own carried tail
             g.lowerings["col2im"] = "custom"
-            return kernels.col2im(g.ctx, c, k, stride, g.keep, prev, segments=g.stream.batch)
+            return kernels.col2im(g.ctx, c, k, stride, g.keep, prev, segments=g.stream.batch,
+                                  bias=b if in_kernel else None, n_keep=shape(c)[1] * stride)
 
+        kernel = _col2im_kernel(g, cols)
         y = packed.overlap(g, cols, k, stride, cout, lambda c: _col2im(g, c, k, stride, cout),
-                           streams if _col2im_kernel(g, cols) else None)
-        return _first_samples(g, y, shape(y)[0], b)
-    n_out = shape(x_cl)[1] * stride
+                           streams if kernel else None)
+        return y if kernel and in_kernel else _first_samples(g, y, shape(y)[0], b)
     if g.conv_transpose == "col2im":
         cols = mul_mat(g, reshape_2d(g, w, cin, k * cout), x_cl)
-        if g.stream is not None and k > stride and _col2im_kernel(g, cols):
-            # the compiled overlap-add starts from the carried overlap: no pad and add of a whole chunk
+        if g.stream is not None and stride < k <= 2 * stride and _col2im_kernel(g, cols):
+            # from the carried overlap (no pad and add of a whole chunk); the samples past n_out
+            # are the last column's taps past the stride alone (K <= 2 s): the next chunk's overlap
             name, prev = carry_input(g, (k - stride, cout))
+            es = cols.contents.nb[0]
+            emit_carry(g, name, lib.ggml_view_2d(g.ctx, cols, k - stride, cout, k * es,
+                                                 (stride + (shape(cols)[1] - 1) * shape(cols)[0]) * es))
             g.lowerings["col2im"] = "custom"
-            y = kernels.col2im(g.ctx, cols, k, stride, g.keep, prev)
-            tail = lib.ggml_view_2d(g.ctx, y, k - stride, cout, y.contents.nb[1], n_out * y.contents.nb[0])
-            emit_carry(g, name, tail)
-            return _first_samples(g, y, n_out, b)
-        if g.stream is None and _col2im_kernel(g, cols) and (
-                b is None or binding.tensor_type(b) == F32 and lib.ggml_is_contiguous(b)):
-            # the kept samples alone, each with its bias: no crop copy or bias pass after it
+            y = kernels.col2im(g.ctx, cols, k, stride, g.keep, prev, bias=b if in_kernel else None, n_keep=n_out)
+            return y if in_kernel else _first_samples(g, y, n_out, b)
+        if g.stream is None and _col2im_kernel(g, cols) and in_kernel:
             g.lowerings["col2im"] = "custom"
             return kernels.col2im(g.ctx, cols, k, stride, g.keep, bias=b, n_keep=n_out)
         y = _col2im(g, cols, k, stride, cout)

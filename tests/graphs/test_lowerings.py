@@ -499,8 +499,8 @@ def test_col2im_kernel_with_bias_keeps_the_first_samples(k, stride, cout, length
             full = ops.lib.ggml_col2im_1d(g.ctx, c, stride, cout, 0)
             head = ops.lib.ggml_view_2d(g.ctx, full, n_keep, cout, full.contents.nb[1], 0)
             want = ops.lib.ggml_add(g.ctx, ops.lib.ggml_cont(g.ctx, head), ops.reshape_2d(g, b, 1, cout))
-            with pytest.raises(ValueError, match="bias is added in its overlap-add"):  # not with a carried tail
-                kernels.col2im(g.ctx, c, k, stride, g.keep, prev=c, bias=b)
+            with pytest.raises(ValueError, match="one value per channel"):
+                kernels.col2im(g.ctx, c, k, stride, g.keep, bias=c)
             with pytest.raises(ValueError, match="keep 1 to"):
                 kernels.col2im(g.ctx, c, k, stride, g.keep, bias=b, n_keep=(length - 1) * stride + k + 1)
             return {"ours": kernels.col2im(g.ctx, c, k, stride, g.keep, bias=b, n_keep=n_keep), "ggml": want}
@@ -521,7 +521,8 @@ def test_col2im_kernel_with_bias_keeps_the_first_samples(k, stride, cout, length
 def test_col2im_kernel_from_a_carried_tail(k, stride, cout, length, tail, threads):
     """With a stream's carried overlap (prev), each output starts from prev where it reaches, else
     from 0, and adds its columns' terms in the order of t: numpy's float32 sums in that order,
-    bit for bit, over several tiles of columns. Metric: max abs difference; tolerance 0."""
+    bit for bit, over several tiles of columns; with the bias and the chunk's own samples kept
+    (a stream's step), those plus the bias. Metric: max abs difference; tolerance 0."""
     if not kernels.AVAILABLE:
         pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
     from pyggml_codec.graphs import ops
@@ -529,6 +530,7 @@ def test_col2im_kernel_from_a_carried_tail(k, stride, cout, length, tail, thread
     rng = np.random.default_rng(k + length)
     cols = rng.standard_normal((length, k * cout)).astype(np.float32)
     prev = rng.standard_normal((cout, tail)).astype(np.float32)
+    bias = rng.standard_normal(cout).astype(np.float32)
     want = np.zeros((cout, (length - 1) * stride + k), dtype=np.float32)
     want[:, :tail] = prev
     for t in range(length):
@@ -539,7 +541,9 @@ def test_col2im_kernel_from_a_carried_tail(k, stride, cout, length, tail, thread
     try:
         def build(g):
             c, p = g.input("cols", cols), g.input("prev", prev)
-            return {"ours": kernels.col2im(g.ctx, c, k, stride, g.keep, p)}
+            return {"ours": kernels.col2im(g.ctx, c, k, stride, g.keep, p),
+                    "kept": kernels.col2im(g.ctx, c, k, stride, g.keep, p, bias=g.input("bias", bias),
+                                           n_keep=length * stride)}
 
         graph.build(build, ops.Builder(ctx=graph.ctx))
         out = graph.run()
@@ -549,6 +553,7 @@ def test_col2im_kernel_from_a_carried_tail(k, stride, cout, length, tail, thread
     diff = float(np.max(np.abs(out["ours"] - want)))
     print(f"col2im from a carried tail: max abs {diff:.1e} (bound 0)")
     np.testing.assert_array_equal(out["ours"], want)
+    np.testing.assert_array_equal(out["kept"], want[:, :length * stride] + bias[:, None])  # a stream's step
 
 
 @pytest.mark.parametrize("k,stride,cout,n,segments,threads", [(16, 8, 5, 1, 3, 2), (4, 2, 96, 37, 8, 2),
@@ -565,13 +570,16 @@ def test_col2im_segments_equal_each_stream_alone(k, stride, cout, n, segments, t
     rng = np.random.default_rng(k + n + segments)
     cols = rng.standard_normal((n * segments, k * cout)).astype(np.float32)
     prev = rng.standard_normal((segments, 1, cout, k - stride)).astype(np.float32)
+    bias = rng.standard_normal(cout).astype(np.float32)
     backend = runtime.start_backend("cpu")
     backend.set_threads(threads)
     graph = Graph(backend, 16 << 20)
     try:
         def build(g):
             c, p = g.input("cols", cols), g.input("prev", prev)
-            out = {"all": kernels.col2im(g.ctx, c, k, stride, g.keep, p, segments=segments)}
+            out = {"all": kernels.col2im(g.ctx, c, k, stride, g.keep, p, segments=segments),
+                   "kept": kernels.col2im(g.ctx, c, k, stride, g.keep, p, segments=segments,
+                                          bias=g.input("bias", bias), n_keep=n * segments * stride)}
             for s in range(segments):
                 cs = g.input(f"cols{s}", np.ascontiguousarray(cols[s * n:(s + 1) * n]))
                 ps = g.input(f"prev{s}", np.ascontiguousarray(prev[s, 0]))
@@ -589,6 +597,8 @@ def test_col2im_segments_equal_each_stream_alone(k, stride, cout, n, segments, t
     print(f"col2im of {segments} segments vs each alone: max abs {err:.1e}")
     assert err == 0.0
     assert not out["all"][:, segments * seg:].any()
+    # with the bias and the streams' samples alone: ggml_add's values on the same samples
+    np.testing.assert_array_equal(out["kept"], out["all"][:, :segments * seg] + bias[:, None])
 
 
 def test_col2im_segments_reject_uneven_columns():

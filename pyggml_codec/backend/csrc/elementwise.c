@@ -473,9 +473,9 @@ void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
  * S > 1 segments (a batched step): S streams' T / S columns in turn, each overlap-added on its
  * own into its T / S * s samples of dst, in turn, starting from its own prev (ne [P, Cout, 1, S]);
  * the samples past a stream's (its next overlap) are not added, and dst's last K - s stay 0.
- * B = 1 (one segment, no prev): the last src is a bias, F32 [1, Cout], added to each finished
- * sum (ggml_add's values after the op), and dst may be shorter (ne0 <= (T-1)*s + K): its first
- * samples alone, the conv-transpose's cropped output with no copy or bias pass after it.
+ * B = 1: the last src is a bias, F32 [1, Cout], added to each finished sum (ggml_add's values
+ * after the op). dst may be shorter (one segment: ne0 <= (T-1)*s + K; S > 1: ne0 = T s): its
+ * first samples alone, the conv-transpose's kept output with no copy or bias pass after it.
  * The sums' order is written out (no reassociation), and their 0 is one the compiler cannot fold
  * (fast math would drop 0 + -0, which ggml's op computes). */
 enum { PG_COL2IM_TILE_BYTES = 256 << 10 };
@@ -534,8 +534,8 @@ void pg_col2im(void * dst_, int ith, int nth, void * userdata) {
     const int64_t * p = userdata;
     struct pg_tensor * dst = dst_;
     const int has_bias = p[3] == 1;
-    const struct pg_tensor * cols = dst->src[0], * prev = has_bias ? NULL : dst->src[1];
-    const float * bv = has_bias ? ((const struct pg_tensor *) dst->src[1])->data : NULL;
+    const struct pg_tensor * cols = dst->src[0], * prev = has_bias && !dst->src[2] ? NULL : dst->src[1];
+    const float * bv = has_bias ? ((const struct pg_tensor *) dst->src[prev ? 2 : 1])->data : NULL;
     const int64_t kk = p[0], st = p[1], segs = p[2] > 1 ? p[2] : 1;
     const int64_t lout = dst->ne[0], cout = dst->ne[1], row = cols->ne[0];
     const int64_t t_seg = cols->ne[1] / segs, lseg = segs > 1 ? t_seg * st : lout;
