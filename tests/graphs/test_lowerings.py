@@ -386,6 +386,7 @@ def test_transpose_kernel_is_ggml_cont_bit_for_bit(shape):
     from pyggml_codec.graphs import ops
 
     x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+
     def build(g):
         xt = g.input("x", x)
         ours = ops.transpose(g, xt)
@@ -457,21 +458,14 @@ def test_col2im_kernel_bit_identical(k, stride, cout, length, threads):
         pytest.fail(f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
     from pyggml_codec.graphs import ops
 
-    backend = runtime.start_backend("cpu")
-    backend.set_threads(threads)
     cols = np.random.default_rng(k + length).standard_normal((length, k * cout)).astype(np.float32)
-    graph = Graph(backend, 16 << 20)
-    try:
-        def build(g):
-            c = g.input("cols", cols)
-            return {"ours": kernels.col2im(g.ctx, c, k, stride, g.keep),
-                    "ggml": ops.lib.ggml_col2im_1d(g.ctx, c, stride, cout, 0)}
 
-        graph.build(build, ops.Builder(ctx=graph.ctx))
-        out = graph.run()
-    finally:
-        graph.free()
-        backend.free()
+    def build(g):
+        c = g.input("cols", cols)
+        return {"ours": kernels.col2im(g.ctx, c, k, stride, g.keep),
+                "ggml": ops.lib.ggml_col2im_1d(g.ctx, c, stride, cout, 0)}
+
+    out = run_cpu_graph(build, threads)
     assert out["ours"].shape == out["ggml"].shape == (cout, (length - 1) * stride + k)
     np.testing.assert_array_equal(out["ours"], out["ggml"])
 
@@ -490,26 +484,19 @@ def test_col2im_kernel_with_bias_keeps_the_first_samples(k, stride, cout, length
     cols = rng.standard_normal((length, k * cout)).astype(np.float32)
     bias = rng.standard_normal(cout).astype(np.float32)
     n_keep = length * stride
-    backend = runtime.start_backend("cpu")
-    backend.set_threads(threads)
-    graph = Graph(backend, 16 << 20)
-    try:
-        def build(g):
-            c, b = g.input("cols", cols), g.input("bias", bias)
-            full = ops.lib.ggml_col2im_1d(g.ctx, c, stride, cout, 0)
-            head = ops.lib.ggml_view_2d(g.ctx, full, n_keep, cout, full.contents.nb[1], 0)
-            want = ops.lib.ggml_add(g.ctx, ops.lib.ggml_cont(g.ctx, head), ops.reshape_2d(g, b, 1, cout))
-            with pytest.raises(ValueError, match="one value per channel"):
-                kernels.col2im(g.ctx, c, k, stride, g.keep, bias=c)
-            with pytest.raises(ValueError, match="keep 1 to"):
-                kernels.col2im(g.ctx, c, k, stride, g.keep, bias=b, n_keep=(length - 1) * stride + k + 1)
-            return {"ours": kernels.col2im(g.ctx, c, k, stride, g.keep, bias=b, n_keep=n_keep), "ggml": want}
 
-        graph.build(build, ops.Builder(ctx=graph.ctx))
-        out = graph.run()
-    finally:
-        graph.free()
-        backend.free()
+    def build(g):
+        c, b = g.input("cols", cols), g.input("bias", bias)
+        full = ops.lib.ggml_col2im_1d(g.ctx, c, stride, cout, 0)
+        head = ops.lib.ggml_view_2d(g.ctx, full, n_keep, cout, full.contents.nb[1], 0)
+        want = ops.lib.ggml_add(g.ctx, ops.lib.ggml_cont(g.ctx, head), ops.reshape_2d(g, b, 1, cout))
+        with pytest.raises(ValueError, match="one value per channel"):
+            kernels.col2im(g.ctx, c, k, stride, g.keep, bias=c)
+        with pytest.raises(ValueError, match="keep 1 to"):
+            kernels.col2im(g.ctx, c, k, stride, g.keep, bias=b, n_keep=(length - 1) * stride + k + 1)
+        return {"ours": kernels.col2im(g.ctx, c, k, stride, g.keep, bias=b, n_keep=n_keep), "ggml": want}
+
+    out = run_cpu_graph(build, threads)
     assert out["ours"].shape == out["ggml"].shape == (cout, n_keep)
     diff = float(np.max(np.abs(out["ours"] - out["ggml"])))
     print(f"col2im with bias, first {n_keep} samples: max abs {diff:.1e} against ggml (bound 0)")
@@ -535,21 +522,14 @@ def test_col2im_kernel_from_a_carried_tail(k, stride, cout, length, tail, thread
     want[:, :tail] = prev
     for t in range(length):
         want[:, t * stride:t * stride + k] += cols[t].reshape(cout, k)
-    backend = runtime.start_backend("cpu")
-    backend.set_threads(threads)
-    graph = Graph(backend, 16 << 20)
-    try:
-        def build(g):
-            c, p = g.input("cols", cols), g.input("prev", prev)
-            return {"ours": kernels.col2im(g.ctx, c, k, stride, g.keep, p),
-                    "kept": kernels.col2im(g.ctx, c, k, stride, g.keep, p, bias=g.input("bias", bias),
-                                           n_keep=length * stride)}
 
-        graph.build(build, ops.Builder(ctx=graph.ctx))
-        out = graph.run()
-    finally:
-        graph.free()
-        backend.free()
+    def build(g):
+        c, p = g.input("cols", cols), g.input("prev", prev)
+        return {"ours": kernels.col2im(g.ctx, c, k, stride, g.keep, p),
+                "kept": kernels.col2im(g.ctx, c, k, stride, g.keep, p, bias=g.input("bias", bias),
+                                       n_keep=length * stride)}
+
+    out = run_cpu_graph(build, threads)
     diff = float(np.max(np.abs(out["ours"] - want)))
     print(f"col2im from a carried tail: max abs {diff:.1e} (bound 0)")
     np.testing.assert_array_equal(out["ours"], want)
@@ -571,26 +551,19 @@ def test_col2im_segments_equal_each_stream_alone(k, stride, cout, n, segments, t
     cols = rng.standard_normal((n * segments, k * cout)).astype(np.float32)
     prev = rng.standard_normal((segments, 1, cout, k - stride)).astype(np.float32)
     bias = rng.standard_normal(cout).astype(np.float32)
-    backend = runtime.start_backend("cpu")
-    backend.set_threads(threads)
-    graph = Graph(backend, 16 << 20)
-    try:
-        def build(g):
-            c, p = g.input("cols", cols), g.input("prev", prev)
-            out = {"all": kernels.col2im(g.ctx, c, k, stride, g.keep, p, segments=segments),
-                   "kept": kernels.col2im(g.ctx, c, k, stride, g.keep, p, segments=segments,
-                                          bias=g.input("bias", bias), n_keep=n * segments * stride)}
-            for s in range(segments):
-                cs = g.input(f"cols{s}", np.ascontiguousarray(cols[s * n:(s + 1) * n]))
-                ps = g.input(f"prev{s}", np.ascontiguousarray(prev[s, 0]))
-                out[s] = kernels.col2im(g.ctx, cs, k, stride, g.keep, ps)
-            return out
 
-        graph.build(build, ops.Builder(ctx=graph.ctx))
-        out = graph.run()
-    finally:
-        graph.free()
-        backend.free()
+    def build(g):
+        c, p = g.input("cols", cols), g.input("prev", prev)
+        out = {"all": kernels.col2im(g.ctx, c, k, stride, g.keep, p, segments=segments),
+               "kept": kernels.col2im(g.ctx, c, k, stride, g.keep, p, segments=segments,
+                                      bias=g.input("bias", bias), n_keep=n * segments * stride)}
+        for s in range(segments):
+            cs = g.input(f"cols{s}", np.ascontiguousarray(cols[s * n:(s + 1) * n]))
+            ps = g.input(f"prev{s}", np.ascontiguousarray(prev[s, 0]))
+            out[s] = kernels.col2im(g.ctx, cs, k, stride, g.keep, ps)
+        return out
+
+    out = run_cpu_graph(build, threads)
     seg = n * stride
     assert out["all"].shape == (cout, (n * segments - 1) * stride + k)
     err = max(float(np.abs(out["all"][:, s * seg:(s + 1) * seg] - out[s][:, :seg]).max()) for s in range(segments))
