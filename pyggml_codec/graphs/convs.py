@@ -258,23 +258,18 @@ def conv_transpose1d(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, s
         raise ValueError(f"conv-transpose expects {cin} input channels, got {shape(x_cl)[0]}")
     g.lowerings["conv_transpose"] = g.conv_transpose
     n_out = shape(x_cl)[1] * stride
-    # the compiled overlap-add keeps the output's samples alone and adds the bias to them, so that no
-    # crop or bias pass follows it; a stream's next overlap comes from its last column's taps
-    in_kernel = b is None or binding.tensor_type(b) == F32 and lib.ggml_is_contiguous(b)
     if batched(g) and k > stride:
         if g.conv_transpose != "col2im":
             raise ValueError("batched streams need the col2im conv-transpose lowering")
         cols = mul_mat(g, reshape_2d(g, w, cin, k * cout), x_cl)
 
         def streams(c: Tensor, prev: Tensor) -> Tensor:  # each stream's overlap-add from its own carried tail
-            g.lowerings["col2im"] = "custom"
-            return kernels.col2im(g.ctx, c, k, stride, g.keep, prev, segments=g.stream.batch,
-                                  bias=b if in_kernel else None, n_keep=shape(c)[1] * stride)
+            return _kept_overlap_add(g, c, k, stride, shape(c)[1] * stride, b, prev, segments=g.stream.batch)
 
         kernel = _col2im_kernel(g, cols)
         y = packed.overlap(g, cols, k, stride, cout, lambda c: _col2im(g, c, k, stride, cout),
                            streams if kernel else None)
-        return y if kernel and in_kernel else _first_samples(g, y, shape(y)[0], b)
+        return y if kernel else _first_samples(g, y, shape(y)[0], b)
     if g.conv_transpose == "col2im":
         cols = mul_mat(g, reshape_2d(g, w, cin, k * cout), x_cl)
         if g.stream is not None and stride < k <= 2 * stride and _col2im_kernel(g, cols):
@@ -284,12 +279,9 @@ def conv_transpose1d(g: Builder, x_cl: Tensor, w: Tensor, b: Tensor | None, *, s
             es = cols.contents.nb[0]
             emit_carry(g, name, lib.ggml_view_2d(g.ctx, cols, k - stride, cout, k * es,
                                                  (stride + (shape(cols)[1] - 1) * shape(cols)[0]) * es))
-            g.lowerings["col2im"] = "custom"
-            y = kernels.col2im(g.ctx, cols, k, stride, g.keep, prev, bias=b if in_kernel else None, n_keep=n_out)
-            return y if in_kernel else _first_samples(g, y, n_out, b)
-        if g.stream is None and _col2im_kernel(g, cols) and in_kernel:
-            g.lowerings["col2im"] = "custom"
-            return kernels.col2im(g.ctx, cols, k, stride, g.keep, bias=b, n_keep=n_out)
+            return _kept_overlap_add(g, cols, k, stride, n_out, b, prev)
+        if g.stream is None and _col2im_kernel(g, cols):
+            return _kept_overlap_add(g, cols, k, stride, n_out, b)
         y = _col2im(g, cols, k, stride, cout)
     else:
         y = lib.ggml_conv_transpose_1d(g.ctx, w, transpose(g, x_cl), stride, 0, 1)
@@ -303,6 +295,18 @@ def _first_samples(g: Builder, y_cf: Tensor, n: int, b: Tensor | None) -> Tensor
     the strided view (no copy of it first)."""
     head = lib.ggml_view_2d(g.ctx, y_cf, n, shape(y_cf)[1], y_cf.contents.nb[1], 0)
     return lib.ggml_cont(g.ctx, head) if b is None else add_bias(g, head, b, "CF")
+
+
+def _kept_overlap_add(g: Builder, cols: Tensor, k: int, stride: int, n_keep: int, b: Tensor | None,
+                      prev: Tensor | None = None, segments: int = 1) -> Tensor:
+    """The compiled overlap-add's first ``n_keep`` samples plus the bias, contiguous: the bias
+    added in the kernel (no crop or bias pass after it) where it is contiguous F32, else by
+    ``add_bias`` after it. ``prev``, ``segments``: as ``kernels.col2im``'s."""
+    g.lowerings["col2im"] = "custom"
+    in_kernel = b is None or binding.tensor_type(b) == F32 and lib.ggml_is_contiguous(b)
+    y = kernels.col2im(g.ctx, cols, k, stride, g.keep, prev, segments=segments, bias=b if in_kernel else None,
+                       n_keep=n_keep)
+    return y if in_kernel else add_bias(g, y, b, "CF")
 
 
 def _col2im_kernel(g: Builder, cols: Tensor) -> bool:
