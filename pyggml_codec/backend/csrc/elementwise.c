@@ -372,6 +372,28 @@ void pg_im2col(void * dst_, int ith, int nth, void * userdata) {
     }
 }
 
+/* Thread ith's share [i0, i1) of a contiguous [n0, rows] tensor's elements for the passes whose
+   values depend on where a call's loop starts: whole pieces of PG_PIECE values of a row (its last
+   one shorter), counted over the rows in turn. In the default build the compiler vectorizes sinf
+   (libmvec) with narrower and scalar variants for a loop's last values, whose results differ in the
+   last bit, and it may reassociate sums differently in a vector loop and its scalar tail. An even
+   split of the elements began a thread's loop anywhere in a row (3 threads over 64 rows: a third
+   of the way into row 21), so the f32 results depended on the thread count. Pieces start at
+   multiples of PG_PIECE (a multiple of the widest vector and of pg_bias_snake's chunk), so every
+   value is computed as in its row's own loop, whatever the thread count. */
+#define PG_PIECE 4096
+static inline void pg_share_pieces(int64_t n0, int64_t rows, int ith, int nth, int64_t * i0, int64_t * i1) {
+    const int64_t per_row = (n0 + PG_PIECE - 1) / PG_PIECE, units = per_row * rows;
+    int64_t u[2];
+    pg_share(units, ith, nth, &u[0], &u[1]);
+    for (int e = 0; e < 2 && per_row; e++) {
+        const int64_t r = u[e] / per_row, piece = u[e] - r * per_row;
+        u[e] = r * n0 + piece * PG_PIECE;
+    }
+    *i0 = u[0];
+    *i1 = u[1];
+}
+
 /* The elements [i0, i1) of a contiguous [n0, rows] tensor, as runs within one row: calls
    fn(i, len, r, c) for each run starting at flat index i, row r, column c. */
 #define PG_RUNS(i0, i1, n0, ...)                                                        \
@@ -390,9 +412,9 @@ void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
     (void) userdata;
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * x = dst->src[0], * alpha = dst->src[1], * bias = dst->src[2];
-    const int64_t n0 = x->ne[0], rows = x->ne[1] * x->ne[2] * x->ne[3], total = n0 * rows;
+    const int64_t n0 = x->ne[0], rows = x->ne[1] * x->ne[2] * x->ne[3];
     int64_t i0, i1;
-    pg_share(total, ith, nth, &i0, &i1);
+    pg_share_pieces(n0, rows, ith, nth, &i0, &i1);
     const float * xs = x->data, * al = alpha->data, * bs = bias->data;
     const int per_row = alpha->ne[0] == 1, f16 = dst->type != 0;
     float tmp[256];
@@ -428,8 +450,9 @@ void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
 }
 
 /* dst = (h + b) + x: a conv's bias and the residual add after it in one pass, the values of
-   ggml_add(x, ggml_add(h, b)) in the exact build (the default build may reassociate them); without
-   x (two sources), dst = h + b, ggml_add(h, b)'s values in either build (one add each).
+   ggml_add(x, ggml_add(h, b)) in the exact build (the default build may reassociate them, and its
+   vector loop and scalar tail do so differently: threads take pg_share_pieces); without x (two
+   sources), dst = h + b, ggml_add(h, b)'s values in either build (one add each).
    src0 h, src2 x: F32 [n0, rows], x contiguous, h contiguous or (without x, 2-D) rows of n0
    contiguous values nb1 bytes apart (a view of a conv-transpose's first samples: read in place);
    src1 bias: F32 [n0, 1] or [1, rows]; dst contiguous. */
@@ -437,11 +460,11 @@ void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
     (void) userdata;
     struct pg_tensor * dst = dst_;
     const struct pg_tensor * h = dst->src[0], * bias = dst->src[1], * x = dst->src[2];
-    const int64_t n0 = h->ne[0], rows = h->ne[1] * h->ne[2] * h->ne[3], total = n0 * rows;
+    const int64_t n0 = h->ne[0], rows = h->ne[1] * h->ne[2] * h->ne[3];
     /* rows nb1 apart only for a 2-D h without x (a tensor with ne1 1 may carry any nb1) */
     const int64_t ldh = !x && h->ne[1] > 1 && h->ne[2] == 1 && h->ne[3] == 1 ? (int64_t)(h->nb[1] / sizeof(float)) : n0;
     int64_t i0, i1;
-    pg_share(total, ith, nth, &i0, &i1);
+    pg_share_pieces(n0, rows, ith, nth, &i0, &i1);
     const float * hs = h->data, * bs = bias->data, * xs = x ? x->data : NULL;
     float * ys = dst->data;
     const int per_row = bias->ne[0] == 1;
@@ -637,9 +660,8 @@ void pg_snake(void * dst_, void * x_, void * alpha_, int ith, int nth, void * us
     struct pg_tensor * dst = dst_, * x = x_, * alpha = alpha_;
     const int64_t n0 = x->ne[0];
     const int64_t rows = x->ne[1] * x->ne[2] * x->ne[3];
-    const int64_t total = n0 * rows;
     int64_t i0, i1;
-    pg_share(total, ith, nth, &i0, &i1);
+    pg_share_pieces(n0, rows, ith, nth, &i0, &i1);
     const float * xs = x->data;
     const float * al = alpha->data;
     float * ys = dst->data;
