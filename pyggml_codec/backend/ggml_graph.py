@@ -120,6 +120,8 @@ class Graph:
         outputs = {**builder.stages, **outputs}  # stage tensors kept for dumps, if any
         for name, t in outputs.items():
             lib.ggml_set_output(t)
+            if t.contents.view_src:  # the allocator keeps an output's memory, not a view's source's:
+                lib.ggml_set_output(t.contents.view_src)  # a stage written in place over it would be lost
             lib.ggml_build_forward_expand(self.gf, t)
         self.outputs = dict(outputs)
         if lib.ggml_graph_n_nodes(self.gf) >= self.n_nodes:

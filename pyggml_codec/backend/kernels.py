@@ -190,27 +190,42 @@ def kernel_name(node) -> str | None:
     return f"{exact} (exact)" if exact else OPS["by_address"].get(address)
 
 
-def snake(ctx, x, alpha, exact: bool = False):
+# In place (``in_place=True``): the result is a view of the first source, written over it. The
+# caller promises that nothing reads that source after this op. The values are those of the
+# op with its own output: the kernels then compute each chunk of a row into a buffer before
+# copying it over the inputs it came from. One buffer less to write: the output's cache lines are
+# those just read, not new ones fetched from memory before they are written.
+
+
+def snake(ctx, x, alpha, exact: bool = False, in_place: bool = False):
     """x + sin(alpha x)^2 / alpha in one op (contiguous F32 x and alpha, alpha [1, C] or [C, 1]);
-    ``exact``: the exact build (ggml's values, bit for bit)."""
-    return lib.ggml_map_custom2(ctx, x, alpha, _table(exact)["snake"], N_TASKS_MAX, None)
+    ``exact``: the exact build (ggml's values, bit for bit); ``in_place``: over x."""
+    make = lib.ggml_map_custom2_inplace if in_place else lib.ggml_map_custom2
+    return make(ctx, x, alpha, _table(exact)["snake"], N_TASKS_MAX, None)
 
 
-def _custom(ctx, dst_type: int, like, srcs: list, op: str, exact: bool = False):
+def _custom(ctx, dst_type: int, like, srcs: list, op: str, exact: bool = False, in_place: bool = False):
+    if in_place:  # over srcs[0], which ggml makes the op's first source
+        if dst_type != int(srcs[0].contents.type):
+            raise ValueError(f"{op} in place needs its output type to be its input's")
+        args = (ctypes.POINTER(lib.ggml_tensor) * (len(srcs) - 1))(*srcs[1:])
+        return lib.ggml_custom_inplace(ctx, srcs[0], args, len(srcs) - 1, _table(exact)[op], N_TASKS_MAX, None)
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
     ne = [int(like.contents.ne[i]) for i in range(4)]
     return lib.ggml_custom_4d(ctx, dst_type, *ne, args, len(srcs), _table(exact)[op], N_TASKS_MAX, None)
 
 
-def bias_snake(ctx, x, alpha, bias, dst_type: int, exact: bool = False):
+def bias_snake(ctx, x, alpha, bias, dst_type: int, exact: bool = False, in_place: bool = False):
     """snake(x + bias) in one pass; contiguous F32 x, alpha and bias shaped alike to broadcast
-    (``[C, 1]`` for channels-last x, ``[1, C]`` for channels-first); F32 or F16 (type 1) out."""
-    return _custom(ctx, dst_type, x, [x, alpha, bias], "bias_snake", exact)
+    (``[C, 1]`` for channels-last x, ``[1, C]`` for channels-first); F32 or F16 (type 1) out;
+    ``in_place``: over x (F32 out)."""
+    return _custom(ctx, dst_type, x, [x, alpha, bias], "bias_snake", exact, in_place)
 
 
-def add_bias_residual(ctx, h, bias, x, exact: bool = False):
-    """(h + bias) + x in one pass; contiguous F32 h and x of one shape, bias broadcast as above."""
-    return _custom(ctx, 0, h, [h, bias, x], "add_bias_residual", exact)
+def add_bias_residual(ctx, h, bias, x, exact: bool = False, in_place: bool = False):
+    """(h + bias) + x in one pass; contiguous F32 h and x of one shape, bias broadcast as above;
+    ``in_place``: over h."""
+    return _custom(ctx, 0, h, [h, bias, x], "add_bias_residual", exact, in_place)
 
 
 def add_bias(ctx, h, bias, exact: bool = False):

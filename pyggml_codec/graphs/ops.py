@@ -262,16 +262,28 @@ def add_bias(g: Builder, x: Tensor, b: Tensor | None, layout: str) -> Tensor:
     return add(g, x, bv)
 
 
-def snake(g: Builder, x: Tensor, alpha: Tensor, layout: str) -> Tensor:
+_NOT_OVERWRITTEN = (lib.GGML_OP_NONE, lib.GGML_OP_VIEW, lib.GGML_OP_RESHAPE, lib.GGML_OP_PERMUTE, lib.GGML_OP_TRANSPOSE)
+
+
+def may_overwrite(t: Tensor) -> bool:
+    """Whether an op may write its result over ``t``, given that the caller reads ``t`` no more:
+    a tensor that an op computed, not a leaf (weights, inputs, carried states), not a view of
+    another tensor, and not a graph input or output (a kept stage)."""
+    flags = lib.GGML_TENSOR_FLAG_INPUT | lib.GGML_TENSOR_FLAG_OUTPUT
+    return int(t.contents.op) not in _NOT_OVERWRITTEN and not int(t.contents.flags) & flags
+
+
+def snake(g: Builder, x: Tensor, alpha: Tensor, layout: str, last_use: bool = False) -> Tensor:
     """Snake: x + sin(alpha x)^2 / alpha, alpha per channel (the C++ engine's form: no 1e-9).
 
     On the CPU backend one custom op (kernels.py) when available; elsewhere the 5-op chain
-    (CUDA and Vulkan fuse it).
+    (CUDA and Vulkan fuse it). ``last_use``: nothing reads ``x`` after this op, so the kernel
+    may write over it (``may_overwrite``; the same values).
     """
     a = channel_vector(g, alpha, layout)
     if _kernel_ready(g, x, a):
         g.lowerings["snake"] = "custom-exact" if g.exact_kernels else "custom"
-        return kernels.snake(g.ctx, x, a, g.exact_kernels)
+        return kernels.snake(g.ctx, x, a, g.exact_kernels, last_use and may_overwrite(x))
     g.lowerings["snake"] = "chain"
     s = lib.ggml_sqr(g.ctx, lib.ggml_sin(g.ctx, mul(g, x, a)))
     return lib.ggml_add(g.ctx, x, lib.ggml_div(g.ctx, s, a))
@@ -291,26 +303,30 @@ def _kernel_ready_rows(g: Builder, x: Tensor) -> bool:
             and shape(x)[2:] == (1, 1))
 
 
-def bias_snake(g: Builder, x: Tensor, b: Tensor, alpha: Tensor, layout: str, out_type: int = F32) -> Tensor:
+def bias_snake(g: Builder, x: Tensor, b: Tensor, alpha: Tensor, layout: str, out_type: int = F32,
+               last_use: bool = False) -> Tensor:
     """snake(x + b), as ``out_type`` (F16: the input of an F16 conv). One compiled pass on the
-    CPU backend (bias add, Snake and cast fused, same float operations); else the ops."""
+    CPU backend (bias add, Snake and cast fused, same float operations); else the ops.
+    ``last_use``: as for ``snake`` (an F32 result only)."""
     a, bv = channel_vector(g, alpha, layout), channel_vector(g, b, layout)
     if _kernel_ready(g, x, a, bv):
         g.lowerings["bias_snake"] = "custom-exact" if g.exact_kernels else "custom"
-        return kernels.bias_snake(g.ctx, x, a, bv, out_type, g.exact_kernels)
+        over = last_use and out_type == F32 and may_overwrite(x)
+        return kernels.bias_snake(g.ctx, x, a, bv, out_type, g.exact_kernels, over)
     g.lowerings["bias_snake"] = "ops"
     y = snake(g, add(g, x, bv), alpha, layout)
     return y if out_type == F32 else lib.ggml_cast(g.ctx, y, out_type)
 
 
-def add_bias_residual(g: Builder, h: Tensor, b: Tensor, x: Tensor, layout: str) -> Tensor:
-    """x + (h + b): a conv's bias and a residual connection; one compiled pass on the CPU."""
+def add_bias_residual(g: Builder, h: Tensor, b: Tensor, x: Tensor, layout: str, last_use: bool = False) -> Tensor:
+    """x + (h + b): a conv's bias and a residual connection; one compiled pass on the CPU.
+    ``last_use``: nothing reads ``h`` after this op (as for ``snake``)."""
     bv = channel_vector(g, b, layout)
     _check_broadcast("add", h, bv)
     _check_broadcast("add", x, h)
     if _kernel_ready(g, h, bv, x) and shape(h) == shape(x):
         g.lowerings["add_bias_residual"] = "custom-exact" if g.exact_kernels else "custom"
-        return kernels.add_bias_residual(g.ctx, h, bv, x, g.exact_kernels)
+        return kernels.add_bias_residual(g.ctx, h, bv, x, g.exact_kernels, last_use and may_overwrite(h))
     g.lowerings["add_bias_residual"] = "ops"
     return add(g, x, add(g, h, bv))
 

@@ -618,3 +618,37 @@ def test_elementwise_kernels_give_the_same_bits_at_any_thread_count(n0, rows, pe
         differ = {name: int(np.count_nonzero(out[name] != one[name])) for name in one}
         print(f"[{n0}, {rows}], {threads} threads: values that differ from one thread's {differ}")
         assert not any(differ.values())
+
+
+@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("n0, rows, per_column", [(1003, 64, False), (63488, 4, False), (17, 9, False),
+                                                  (64, 33, True), (1001, 5, True)])
+def test_elementwise_kernels_in_place_give_the_values_of_fresh_outputs(n0, rows, per_column, exact):
+    """Snake, Snake with its bias and the bias-residual add written over their first input: each
+    chunk goes through a buffer, so the values are those of the op with an output of its own."""
+    if exact and not kernels.EXACT_AVAILABLE:
+        pytest.fail(f"exact kernels missing: {kernels.UNAVAILABLE_REASON}")
+    rng = np.random.default_rng(3 * n0 + rows)
+    x = (3 * rng.standard_normal((rows, n0))).astype(np.float32)
+    h = (3 * rng.standard_normal((rows, n0))).astype(np.float32)
+    shape = (1, n0) if per_column else (rows, 1)
+    alpha = (rng.random(shape) + 0.5).astype(np.float32)
+    bias = rng.standard_normal(shape).astype(np.float32)
+
+    def build(g, in_place):
+        xt, ht, at, bt = g.input("x", x), g.input("h", h), g.input("alpha", alpha), g.input("bias", bias)
+        copy = lambda t: ops.lib.ggml_scale(g.ctx, t, 1.0)  # computed tensors to write over
+        out = {"snake": kernels.snake(g.ctx, copy(xt), at, exact, in_place),
+               "bias_snake": kernels.bias_snake(g.ctx, copy(xt), at, bt, 0, exact, in_place),
+               "add_bias_residual": kernels.add_bias_residual(g.ctx, copy(ht), bt, xt, exact, in_place)}
+        if in_place:
+            assert all(t.contents.view_src for t in out.values())
+        return out
+
+    from pyggml_codec.graphs import ops
+    for threads in (1, 3):
+        fresh = run_cpu_graph(lambda g: build(g, False), threads)
+        over = run_cpu_graph(lambda g: build(g, True), threads)
+        differ = {name: int(np.count_nonzero(over[name] != fresh[name])) for name in fresh}
+        print(f"[{n0}, {rows}], exact {exact}, {threads} threads: values that differ in place {differ}")
+        assert not any(differ.values()) and np.abs(fresh["snake"]).max() > 0

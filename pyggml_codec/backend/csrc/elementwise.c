@@ -407,7 +407,8 @@ static inline void pg_share_pieces(int64_t n0, int64_t rows, int ith, int nth, i
 /* dst = snake(x + b): a conv's bias and the Snake after it in one pass (the same float
    operations as ggml_add then pg_snake). src0 x: contiguous F32 [n0, rows]; src1 alpha and
    src2 bias: F32, [n0, 1] (per column: channels-last) or [1, rows] (per row). dst: F32, or
-   F16 (type 1: the input of an F16 conv, so no separate cast). */
+   F16 (type 1: the input of an F16 conv, so no separate cast). dst may be x itself (in place):
+   each chunk is then computed into a buffer and copied over the values it was computed from. */
 void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
     (void) userdata;
     struct pg_tensor * dst = dst_;
@@ -416,13 +417,13 @@ void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
     int64_t i0, i1;
     pg_share_pieces(n0, rows, ith, nth, &i0, &i1);
     const float * xs = x->data, * al = alpha->data, * bs = bias->data;
-    const int per_row = alpha->ne[0] == 1, f16 = dst->type != 0;
+    const int per_row = alpha->ne[0] == 1, f16 = dst->type != 0, in_place = dst->data == x->data;
     float tmp[256];
     PG_RUNS(i0, i1, n0, {
         for (int64_t j0 = 0; j0 < len; j0 += 256) {
             const int64_t m = len - j0 < 256 ? len - j0 : 256;
             const float * xi = xs + i + j0;
-            float * y = f16 ? tmp : (float *) dst->data + i + j0;
+            float * y = f16 || in_place ? tmp : (float *) dst->data + i + j0;
 #ifdef PG_EXACT
             if (per_row) snake_exact(y, xi, al + r, 0, bs + r, 0, m);
             else snake_exact(y, xi, al + c + j0, 1, bs + c + j0, 1, m);
@@ -445,6 +446,7 @@ void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
             }
 #endif
             if (f16) pg_store_f16((uint16_t *) dst->data + i + j0, tmp, m);
+            else if (in_place) memcpy((float *) dst->data + i + j0, tmp, (size_t) m * sizeof(float));
         }
     })
 }
@@ -455,7 +457,24 @@ void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
    sources), dst = h + b, ggml_add(h, b)'s values in either build (one add each).
    src0 h, src2 x: F32 [n0, rows], x contiguous, h contiguous or (without x, 2-D) rows of n0
    contiguous values nb1 bytes apart (a view of a conv-transpose's first samples: read in place);
-   src1 bias: F32 [n0, 1] or [1, rows]; dst contiguous. */
+   src1 bias: F32 [n0, 1] or [1, rows]; dst contiguous, or h or x itself (in place: chunks
+   through a buffer, as in pg_bias_snake). */
+/* y[k] = (h[k] + b) + x[k] (h[k] + b without x) for k < n: b one value (per_row) or one per k */
+static inline __attribute__((always_inline)) void abr_run(float * y, const float * h, const float * x,
+                                                          const float * b, int per_row, int64_t n) {
+    if (!x && per_row) {  /* ggml's add takes a scalar loop for this broadcast: 8x slower */
+        const float bv = b[0];
+        for (int64_t k = 0; k < n; k++) y[k] = h[k] + bv;
+    } else if (!x) {
+        for (int64_t k = 0; k < n; k++) y[k] = h[k] + b[k];
+    } else if (per_row) {
+        const float bv = b[0];
+        for (int64_t k = 0; k < n; k++) y[k] = (h[k] + bv) + x[k];
+    } else {
+        for (int64_t k = 0; k < n; k++) y[k] = (h[k] + b[k]) + x[k];
+    }
+}
+
 void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
     (void) userdata;
     struct pg_tensor * dst = dst_;
@@ -467,19 +486,15 @@ void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
     pg_share_pieces(n0, rows, ith, nth, &i0, &i1);
     const float * hs = h->data, * bs = bias->data, * xs = x ? x->data : NULL;
     float * ys = dst->data;
-    const int per_row = bias->ne[0] == 1;
+    const int per_row = bias->ne[0] == 1, in_place = dst->data == h->data || (xs && dst->data == x->data);
+    float tmp[256];
     PG_RUNS(i0, i1, n0, {
         const float * hr = hs + r * ldh + c;
-        if (!xs && per_row) {  /* ggml's add takes a scalar loop for this broadcast: 8x slower */
-            const float b = bs[r];
-            for (int64_t k = 0; k < len; k++) ys[i + k] = hr[k] + b;
-        } else if (!xs) {
-            for (int64_t k = 0; k < len; k++) ys[i + k] = hr[k] + bs[c + k];
-        } else if (per_row) {
-            const float b = bs[r];
-            for (int64_t k = 0; k < len; k++) ys[i + k] = (hr[k] + b) + xs[i + k];
-        } else {
-            for (int64_t k = 0; k < len; k++) ys[i + k] = (hr[k] + bs[c + k]) + xs[i + k];
+        for (int64_t j0 = 0; j0 < len; j0 += in_place ? 256 : len) {
+            const int64_t m = !in_place ? len : len - j0 < 256 ? len - j0 : 256;
+            float * y = in_place ? tmp : ys + i;
+            abr_run(y, hr + j0, xs ? xs + i + j0 : NULL, per_row ? bs + r : bs + c + j0, per_row, m);
+            if (in_place) memcpy(ys + i + j0, tmp, (size_t) m * sizeof(float));
         }
     })
 }
@@ -654,7 +669,8 @@ int pg_has_f16c(void) {
 #endif
 }
 
-/* dst, x: contiguous F32 [n0, rows]; alpha: F32, [1, rows] (one per row) or [n0, 1] (one per column). */
+/* dst, x: contiguous F32 [n0, rows]; alpha: F32, [1, rows] (one per row) or [n0, 1] (one per column).
+   dst may be x itself (in place: chunks through a buffer, as in pg_bias_snake). */
 void pg_snake(void * dst_, void * x_, void * alpha_, int ith, int nth, void * userdata) {
     (void) userdata;
     struct pg_tensor * dst = dst_, * x = x_, * alpha = alpha_;
@@ -665,12 +681,18 @@ void pg_snake(void * dst_, void * x_, void * alpha_, int ith, int nth, void * us
     const float * xs = x->data;
     const float * al = alpha->data;
     float * ys = dst->data;
-    const int per_row = alpha->ne[0] == 1;
+    const int per_row = alpha->ne[0] == 1, in_place = dst->data == x->data;
+    float tmp[256];
     for (int64_t i = i0; i < i1;) {
         const int64_t r = i / n0, c = i - r * n0;
         const int64_t len = (n0 - c) < (i1 - i) ? (n0 - c) : (i1 - i);
-        if (per_row) snake_run(ys + i, xs + i, len, al[r % alpha->ne[1]]);
-        else snake_vec(ys + i, xs + i, al + c, len);
+        for (int64_t j0 = 0; j0 < len; j0 += in_place ? 256 : len) {
+            const int64_t m = !in_place ? len : len - j0 < 256 ? len - j0 : 256;
+            float * y = in_place ? tmp : ys + i;
+            if (per_row) snake_run(y, xs + i + j0, m, al[r % alpha->ne[1]]);
+            else snake_vec(y, xs + i + j0, al + c + j0, m);
+            if (in_place) memcpy(ys + i + j0, tmp, (size_t) m * sizeof(float));
+        }
         i += len;
     }
 }
