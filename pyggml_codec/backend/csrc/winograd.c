@@ -284,7 +284,12 @@ static void wino_transpose(const struct wino * w, int64_t nt, const float * v, i
 static float * wino_transposed(const struct wino * w, int64_t nt, const float * v, int64_t ldv, int64_t plane,
                                int * slot) {
     float * vt = pg_scratch_take((size_t)(w->n * nt * w->cin), slot);
-    if (vt) wino_transpose(w, nt, v, ldv, plane, vt, w->cin);
+    if (!vt) {  /* out of memory: the slot back, and none to give later */
+        pg_scratch_give(vt, *slot);
+        *slot = -1;
+        return NULL;
+    }
+    wino_transpose(w, nt, v, ldv, plane, vt, w->cin);
     return vt;
 }
 
