@@ -191,3 +191,42 @@ def test_q8_0_rows_give_the_bits_of_their_f32_dequantization(n):
     differ = int((out["direct"].view(np.uint32) != out["cast"].view(np.uint32)).sum())
     print(f"Q8_0 rows, {n} column(s): {differ} of {out['cast'].size} outputs differ from the F32 dequantization's (bound 0)")
     assert differ == 0
+
+
+def test_short_rows_summed_across_rows_give_the_bits_of_the_row_sums():
+    """F32 rows of at most 128 values against output columns of contiguous rows are summed with the
+    vector lanes across 16 rows ("vertically": no lanes added within a vector), in the float
+    operations that the horizontal sums give each output. The horizontal sums run where an
+    output row is not contiguous (C transposed), so the two layouts compare the two loops: bit for
+    bit, signed zeros included (zero rows, -0 values), over K with and without a tail and row and
+    column counts off the blocks. Where the build has 8-float vectors both layouts sum
+    horizontally. Metric: values whose bits differ; bound 0."""
+    lib, ffi = kernels.OPS["module"].lib, kernels.OPS["module"].ffi
+    rng = np.random.default_rng(41)
+
+    def product(a, b, transposed):
+        (m, k), n = a.shape, b.shape[0]
+        c = np.full((m, n) if transposed else (n, m), np.nan, np.float32)
+        csi, csj = (n, 1) if transposed else (1, m)
+        assert lib.pg_rowdot(m, n, k, ffi.cast("void *", a.ctypes.data), a.strides[0] // 4, 0,
+                             ffi.cast("float *", b.ctypes.data), b.strides[0] // 4, 0.0,
+                             ffi.cast("float *", c.ctypes.data), csi, csj, 64)
+        return np.ascontiguousarray(c.T) if transposed else c
+
+    differ, cases = 0, 0
+    for k in (1, 7, 8, 15, 16, 17, 31, 64, 65, 100, 128):
+        for m, n in ((1, 1), (5, 3), (16, 4), (17, 9), (40, 31)):
+            a = rng.standard_normal((m, k + 3)).astype(np.float32)[:, :k]  # rows lda = k + 3 apart
+            b = rng.standard_normal((n, k + 1)).astype(np.float32)[:, :k]
+            a[rng.random(a.shape) < 0.2] = 0.0
+            a[rng.random(a.shape) < 0.1] = -0.0
+            b[rng.random(b.shape) < 0.1] = -0.0
+            if m > 2:
+                a[1], a[2] = 0.0, -0.0
+            rows, cols = product(a, b, False), product(a, b, True)
+            differ += int(np.count_nonzero(rows.view(np.uint32) != cols.view(np.uint32)))
+            cases += 1
+            want = (b.astype(np.float64) @ a.astype(np.float64).T)
+            assert _rel(rows, want) < REL_MAX * max(1.0, k / 64)
+    print(f"{cases} shapes: {differ} values whose bits differ between the two loops")
+    assert differ == 0
