@@ -72,3 +72,22 @@ def test_may_overwrite_refuses_leaves_views_and_graph_outputs():
                                                       lib.ggml_transpose(ctx, computed), output, given))
     finally:
         lib.ggml_free(ctx)
+
+
+def test_kernels_refuse_to_write_over_a_strided_input_or_another_type():
+    from pyggml_codec.backend import kernels
+
+    params = lib.ggml_init_params(mem_size=1 << 20, mem_buffer=None, no_alloc=True)
+    ctx = lib.ggml_init(params)
+    try:
+        x = lib.ggml_scale(ctx, lib.ggml_new_tensor_2d(ctx, 0, 8, 4), 1.0)
+        strided = lib.ggml_view_2d(ctx, x, 4, 4, x.contents.nb[1], 0)
+        alpha = lib.ggml_new_tensor_2d(ctx, 0, 1, 4)
+        with pytest.raises(ValueError, match="snake in place needs a contiguous input"):
+            kernels.snake(ctx, strided, alpha, in_place=True)
+        with pytest.raises(ValueError, match="bias_snake in place needs a contiguous input of its output's type"):
+            kernels.bias_snake(ctx, x, alpha, alpha, 1, in_place=True)  # F16 out over F32
+        with pytest.raises(ValueError, match="add_bias_residual in place needs a contiguous input"):
+            kernels.add_bias_residual(ctx, strided, alpha, strided, in_place=True)
+    finally:
+        lib.ggml_free(ctx)

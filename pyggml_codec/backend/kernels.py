@@ -200,14 +200,16 @@ def kernel_name(node) -> str | None:
 def snake(ctx, x, alpha, exact: bool = False, in_place: bool = False):
     """x + sin(alpha x)^2 / alpha in one op (contiguous F32 x and alpha, alpha [1, C] or [C, 1]);
     ``exact``: the exact build (ggml's values, bit for bit); ``in_place``: over x."""
+    if in_place and not lib.ggml_is_contiguous(x):
+        raise ValueError("snake in place needs a contiguous input")
     make = lib.ggml_map_custom2_inplace if in_place else lib.ggml_map_custom2
     return make(ctx, x, alpha, _table(exact)["snake"], N_TASKS_MAX, None)
 
 
 def _custom(ctx, dst_type: int, like, srcs: list, op: str, exact: bool = False, in_place: bool = False):
     if in_place:  # over srcs[0], which ggml makes the op's first source
-        if dst_type != int(srcs[0].contents.type):
-            raise ValueError(f"{op} in place needs its output type to be its input's")
+        if dst_type != int(srcs[0].contents.type) or not lib.ggml_is_contiguous(srcs[0]):
+            raise ValueError(f"{op} in place needs a contiguous input of its output's type")
         args = (ctypes.POINTER(lib.ggml_tensor) * (len(srcs) - 1))(*srcs[1:])
         return lib.ggml_custom_inplace(ctx, srcs[0], args, len(srcs) - 1, _table(exact)[op], N_TASKS_MAX, None)
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
