@@ -56,38 +56,36 @@ def test_in_place_ops_give_the_values_of_fresh_outputs(tiny_model, precision, mo
     assert sizes["wave"][1] > 0 and sizes["enc"][1] > 0 and fresh_sizes["wave"][1] == fresh_sizes["enc"][1] == 0
 
 
-def test_may_overwrite_refuses_leaves_views_and_graph_outputs():
-    params = lib.ggml_init_params(mem_size=1 << 20, mem_buffer=None, no_alloc=True)
-    ctx = lib.ggml_init(params)
-    try:
-        leaf = lib.ggml_new_tensor_2d(ctx, 0, 8, 4)
-        computed = lib.ggml_scale(ctx, leaf, 2.0)
-        view = lib.ggml_view_2d(ctx, computed, 4, 4, computed.contents.nb[1], 0)
-        output = lib.ggml_scale(ctx, leaf, 3.0)
-        lib.ggml_set_output(output)
-        given = lib.ggml_scale(ctx, leaf, 4.0)
-        lib.ggml_set_input(given)
-        assert ops.may_overwrite(computed)
-        assert not any(ops.may_overwrite(t) for t in (leaf, view, lib.ggml_reshape_1d(ctx, computed, 32),
-                                                      lib.ggml_transpose(ctx, computed), output, given))
-    finally:
-        lib.ggml_free(ctx)
+@pytest.fixture
+def ctx():
+    """A ggml context for tensor descriptions alone (no data)."""
+    context = lib.ggml_init(lib.ggml_init_params(mem_size=1 << 20, mem_buffer=None, no_alloc=True))
+    yield context
+    lib.ggml_free(context)
 
 
-def test_kernels_refuse_to_write_over_a_strided_input_or_another_type():
+def test_may_overwrite_refuses_leaves_views_and_graph_outputs(ctx):
+    leaf = lib.ggml_new_tensor_2d(ctx, 0, 8, 4)
+    computed = lib.ggml_scale(ctx, leaf, 2.0)
+    view = lib.ggml_view_2d(ctx, computed, 4, 4, computed.contents.nb[1], 0)
+    output = lib.ggml_scale(ctx, leaf, 3.0)
+    lib.ggml_set_output(output)
+    given = lib.ggml_scale(ctx, leaf, 4.0)
+    lib.ggml_set_input(given)
+    assert ops.may_overwrite(computed)
+    assert not any(ops.may_overwrite(t) for t in (leaf, view, lib.ggml_reshape_1d(ctx, computed, 32),
+                                                  lib.ggml_transpose(ctx, computed), output, given))
+
+
+def test_kernels_refuse_to_write_over_a_strided_input_or_another_type(ctx):
     from pyggml_codec.backend import kernels
 
-    params = lib.ggml_init_params(mem_size=1 << 20, mem_buffer=None, no_alloc=True)
-    ctx = lib.ggml_init(params)
-    try:
-        x = lib.ggml_scale(ctx, lib.ggml_new_tensor_2d(ctx, 0, 8, 4), 1.0)
-        strided = lib.ggml_view_2d(ctx, x, 4, 4, x.contents.nb[1], 0)
-        alpha = lib.ggml_new_tensor_2d(ctx, 0, 1, 4)
-        with pytest.raises(ValueError, match="snake in place needs a contiguous input"):
-            kernels.snake(ctx, strided, alpha, in_place=True)
-        with pytest.raises(ValueError, match="bias_snake in place needs a contiguous input of its output's type"):
-            kernels.bias_snake(ctx, x, alpha, alpha, 1, in_place=True)  # F16 out over F32
-        with pytest.raises(ValueError, match="add_bias_residual in place needs a contiguous input"):
-            kernels.add_bias_residual(ctx, strided, alpha, strided, in_place=True)
-    finally:
-        lib.ggml_free(ctx)
+    x = lib.ggml_scale(ctx, lib.ggml_new_tensor_2d(ctx, 0, 8, 4), 1.0)
+    strided = lib.ggml_view_2d(ctx, x, 4, 4, x.contents.nb[1], 0)
+    alpha = lib.ggml_new_tensor_2d(ctx, 0, 1, 4)
+    with pytest.raises(ValueError, match="snake in place needs a contiguous input"):
+        kernels.snake(ctx, strided, alpha, in_place=True)
+    with pytest.raises(ValueError, match="bias_snake in place needs a contiguous input of its output's type"):
+        kernels.bias_snake(ctx, x, alpha, alpha, 1, in_place=True)  # F16 out over F32
+    with pytest.raises(ValueError, match="add_bias_residual in place needs a contiguous input"):
+        kernels.add_bias_residual(ctx, strided, alpha, strided, in_place=True)

@@ -575,21 +575,22 @@ def test_col2im_segments_equal_each_stream_alone(k, stride, cout, n, segments, t
 
 
 def test_col2im_segments_reject_uneven_columns():
-    from pyggml_codec.graphs import ops
+    def build(g):
+        c = g.input("cols", np.zeros((7, 4 * 3), np.float32))
+        p = g.input("prev", np.zeros((2, 1, 3, 2), np.float32))
+        return {"y": kernels.col2im(g.ctx, c, 4, 2, g.keep, p, segments=2)}
 
-    backend = runtime.start_backend("cpu")
-    graph = Graph(backend, 16 << 20)
-    try:
-        def build(g):
-            c = g.input("cols", np.zeros((7, 4 * 3), np.float32))
-            p = g.input("prev", np.zeros((2, 1, 3, 2), np.float32))
-            return {"y": kernels.col2im(g.ctx, c, 4, 2, g.keep, p, segments=2)}
+    with pytest.raises(ValueError, match="2 segments of a conv-transpose over 7 columns"):
+        run_cpu_graph(build)
 
-        with pytest.raises(ValueError, match="2 segments of a conv-transpose over 7 columns"):
-            graph.build(build, ops.Builder(ctx=graph.ctx))
-    finally:
-        graph.free()
-        backend.free()
+
+def _elementwise_inputs(n0: int, rows: int, per_column: bool, seed: int) -> tuple[np.ndarray, ...]:
+    """x and h [rows, n0], alpha and bias per row ([rows, 1]) or per column ([1, n0])."""
+    rng = np.random.default_rng(seed)
+    x = (3 * rng.standard_normal((rows, n0))).astype(np.float32)
+    h = (3 * rng.standard_normal((rows, n0))).astype(np.float32)
+    shape = (1, n0) if per_column else (rows, 1)
+    return x, h, (rng.random(shape) + 0.5).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
 
 
 @pytest.mark.parametrize("n0, rows, per_column", [(1003, 64, False), (9000, 5, False), (17, 9, False),
@@ -600,12 +601,7 @@ def test_elementwise_kernels_give_the_same_bits_at_any_thread_count(n0, rows, pe
     compute each value as in its row's own loop, wherever the threads' shares fall. Split by element
     count, shares began inside rows, and each case here had 1 to 6 values differ from one thread's
     at some count from 2 to 7."""
-    rng = np.random.default_rng(n0 + rows)
-    x = (3 * rng.standard_normal((rows, n0))).astype(np.float32)
-    h = (3 * rng.standard_normal((rows, n0))).astype(np.float32)
-    shape = (1, n0) if per_column else (rows, 1)
-    alpha = (rng.random(shape) + 0.5).astype(np.float32)
-    bias = rng.standard_normal(shape).astype(np.float32)
+    x, h, alpha, bias = _elementwise_inputs(n0, rows, per_column, n0 + rows)
 
     def build(g):
         xt, ht, at, bt = g.input("x", x), g.input("h", h), g.input("alpha", alpha), g.input("bias", bias)
@@ -628,12 +624,9 @@ def test_elementwise_kernels_in_place_give_the_values_of_fresh_outputs(n0, rows,
     chunk goes through a buffer, so the values are those of the op with an output of its own."""
     if exact and not kernels.EXACT_AVAILABLE:
         pytest.fail(f"exact kernels missing: {kernels.UNAVAILABLE_REASON}")
-    rng = np.random.default_rng(3 * n0 + rows)
-    x = (3 * rng.standard_normal((rows, n0))).astype(np.float32)
-    h = (3 * rng.standard_normal((rows, n0))).astype(np.float32)
-    shape = (1, n0) if per_column else (rows, 1)
-    alpha = (rng.random(shape) + 0.5).astype(np.float32)
-    bias = rng.standard_normal(shape).astype(np.float32)
+    from pyggml_codec.graphs import ops
+
+    x, h, alpha, bias = _elementwise_inputs(n0, rows, per_column, 3 * n0 + rows)
 
     def build(g, in_place):
         xt, ht, at, bt = g.input("x", x), g.input("h", h), g.input("alpha", alpha), g.input("bias", bias)
@@ -645,7 +638,6 @@ def test_elementwise_kernels_in_place_give_the_values_of_fresh_outputs(n0, rows,
             assert all(t.contents.view_src for t in out.values())
         return out
 
-    from pyggml_codec.graphs import ops
     for threads in (1, 3):
         fresh = run_cpu_graph(lambda g: build(g, False), threads)
         over = run_cpu_graph(lambda g: build(g, True), threads)
