@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import pyggml_codec
-from pyggml_codec.backend import buildinfo, kernels
+from pyggml_codec.backend import binding, buildinfo, kernels
 
 from pyggml_codec.demo import build_demo_model, demo_signal
 
@@ -28,9 +28,14 @@ SECONDS = 3.3  # 72 code frames: more than two of the CPU's 32-frame decode chun
 
 
 def platform_key() -> str:
-    """What the bits depend on: the CPU, ggml's ISA key, the BLAS and the kernel it picked by core,
-    and how the compiled kernels were built (row-product width and F16C: a portable build, built
-    without -march=native, sums in other orders)."""
+    """What the bits depend on: the CPU, ggml's ISA key and every CPU feature its build reports, the
+    BLAS and the kernel it picked by core, and how the compiled kernels were built (row-product width
+    and F16C: a portable build, built without -march=native, sums in other orders).
+
+    ggml-python compiles ggml for the installing machine (-march=native), and its f32 ops' bits follow
+    that build: on one AVX512-FP16 Xeon, a build with AMX and AVX-VNNI and one without them decode the
+    demo codes to different f32 bits (the same codes from encode, the same s2cpp bits). So the key
+    names the build's features, not only its ISA class."""
     cpu = "unknown"
     try:
         with open("/proc/cpuinfo") as f:
@@ -40,7 +45,8 @@ def platform_key() -> str:
     blas = (f"{Path(kernels.BLAS.path).name}:{kernels.BLAS.describe().get('corename')}"
             if kernels.BLAS is not None else "no-blas")
     built = f"rowdot{kernels.OPS['rowdot']}:f16c{int(bool(kernels.OPS['f16c']))}" if kernels.AVAILABLE else "no-kernels"
-    return f"{platform.machine()}|{cpu}|{buildinfo.build_isa_key()}|{blas}|{built}"
+    ggml = "+".join(sorted(name for name, value in binding.cpu_features().items() if value not in ("", "0")))
+    return f"{platform.machine()}|{cpu}|{buildinfo.build_isa_key()}:{ggml}|{blas}|{built}"
 
 
 def sha(a: np.ndarray) -> str:
