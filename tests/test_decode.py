@@ -12,9 +12,11 @@ import pyggml_codec
 from parity import random_codes, report
 from pyggml_codec import InputError
 
-# f32 mode computes every conv with an F32 im2col and F32 weights: only summation order
-# differs from PyTorch, so errors sit near float32 rounding (~1e-7); 1e-5 leaves margin.
-F32_REL_RMS = 1e-5
+# f32 mode: F32 arithmetic throughout, its residual convs by Winograd F(4,7) (about 1e-5 of a conv's
+# largest output per conv). Measured rel RMS against PyTorch: tiny model 3.24e-7 to 3.35e-7 (1 and 10 s,
+# native and portable kernels), full size 6.9e-7 (1 s); the bounds sit about 7-9x above.
+F32_REL_RMS = 3e-6
+F32_FULL_REL_RMS = 5e-6
 # s2cpp mode rounds conv inputs and weights to F16 (~5e-4 relative per value).
 S2CPP_REL_RMS = 2e-3
 
@@ -37,7 +39,7 @@ def test_decode_matches_oracle_tiny(tiny_model, seconds, dtype, precision, tol):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype,precision,tol", [("f32", "f32", F32_REL_RMS), ("f16", "s2cpp", S2CPP_REL_RMS)])
+@pytest.mark.parametrize("dtype,precision,tol", [("f32", "f32", F32_FULL_REL_RMS), ("f16", "s2cpp", S2CPP_REL_RMS)])
 def test_decode_matches_oracle_full(full_model, dtype, precision, tol):
     with pyggml_codec.load(full_model.path(dtype), backend="cpu", precision=precision, n_threads=2) as codec:
         codes = random_codes(_sizes(codec), 22, seed=1)

@@ -11,8 +11,12 @@ from parity import code_agreement, rel_rms, report, signal
 from pyggml_codec import InputError
 from pyggml_codec.backend import binding
 
-# Latent and pre_module output in f32 mode: float32 rounding only (~1e-6 measured).
-F32_REL_RMS = 1e-5
+# Latent and pre_module output in f32 mode, rel RMS against PyTorch: tiny model 5.3e-7 to 6.5e-7 over
+# the lengths and framings below (native and portable kernels), full size 8.9e-7 to 1.3e-6 (1 and
+# 10 s); the decoded round trip 3.0e-7 to 3.1e-7. The bounds sit about 8-10x above.
+F32_REL_RMS = 5e-6
+F32_FULL_REL_RMS = 1e-5
+ROUND_TRIP_REL_RMS = 3e-6
 # s2cpp mode rounds every conv input to F16; ~1e-3 measured at tiny size.
 S2CPP_REL_RMS = 5e-3
 TIE = 1e-4  # codes are compared exactly where the oracle's top-2 cosine margin exceeds this
@@ -80,8 +84,8 @@ def test_encode_matches_oracle_tiny_s2cpp(tiny_model):
 def test_encode_matches_oracle_full(full_model, seconds):
     x = signal(_n(seconds, 0), seed=seconds)
     with pyggml_codec.load(full_model.f32_path, backend="cpu", precision="f32", n_threads=2) as codec:
-        r_lat, r_pre, clear = _check(f"full {seconds}s f32", codec, full_model.model, x, "code_frame", F32_REL_RMS)
-    assert r_lat <= F32_REL_RMS and r_pre <= F32_REL_RMS
+        r_lat, r_pre, clear = _check(f"full {seconds}s f32", codec, full_model.model, x, "code_frame", F32_FULL_REL_RMS)
+    assert r_lat <= F32_FULL_REL_RMS and r_pre <= F32_FULL_REL_RMS
     assert clear == 1.0
 
 
@@ -98,7 +102,7 @@ def test_round_trip_matches_oracle(tiny_model, f32_codec):
     got = f32_codec.decode(f32_codec.encode(x))
     want = oracle.decode(tiny_model.model, oracle.encode(tiny_model.model, x))
     rel, _ = report("tiny round trip", got, want)
-    assert rel <= F32_REL_RMS
+    assert rel <= ROUND_TRIP_REL_RMS
 
 
 def test_causality_prefix_codes(f32_codec):

@@ -329,7 +329,8 @@ def test_encode_chunked_equals_one_shot(codec, pad_to, seconds, chunk_seconds):
     flips = got.codes != want.codes
     print(f"encode_chunked {pad_to}: latent rel RMS {lat:.2e}, pre-VQ rel RMS {pre:.2e}, "
           f"{int(flips.sum())} codes differ")
-    assert got.codes.shape == want.codes.shape and lat <= 1e-5 and pre <= 1e-5
+    # measured: latent 3.8e-7 to 5.6e-7, pre-VQ 3.9e-7 to 5.7e-7 rel RMS (native and portable kernels)
+    assert got.codes.shape == want.codes.shape and lat <= 5e-6 and pre <= 5e-6
     assert np.all(want.margins[flips] < 1e-4), "only near-ties may flip"
 
 
