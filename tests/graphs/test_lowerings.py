@@ -17,7 +17,10 @@ from pyggml_codec.backend import kernels, runtime
 from pyggml_codec.backend.ggml_graph import Graph
 from pyggml_codec.backend import lowerings
 
-F32_REL_RMS = 1e-5  # f32 precision: float32 rounding only, whatever the lowering
+# f32 precision, rel RMS against PyTorch whatever the lowering: decode 1.8e-7 to 3.4e-7, encode latent
+# 5.3e-7 to 5.7e-7 (tiny model; AVX512-FP16 Xeon, native kernels). The bounds sit 6-11x above.
+F32_REL_RMS = 2e-6
+F32_LATENT_REL_RMS = 5e-6
 
 PLANS = {
     "stock-ops": {"kernels": False},
@@ -52,7 +55,7 @@ def test_lowering_matches_oracle(tiny_model, name, require):
     assert rel <= F32_REL_RMS
     np.testing.assert_array_equal(audio, fused)
     rel_lat, _ = report(f"{name} encode latent", enc.stages["latent"], oracle.latent(tiny_model.model, x))
-    assert rel_lat <= F32_REL_RMS
+    assert rel_lat <= F32_LATENT_REL_RMS
     np.testing.assert_array_equal(enc.codes, oracle.encode(tiny_model.model, x))
     for key, value in PLANS[name].items():
         if key == "mask":  # 20 frames exceed the window (a window mask); the causal mask needs a short input
@@ -92,7 +95,8 @@ def test_blocked_window_attention_equals_full(tiny_model, frames):
     report(f"blocked vs full attention decode, {frames} frames", ya, yb)
     report(f"blocked vs full attention pre_module, {frames} frames", ea.stages["pre_module"], eb.stages["pre_module"])
     np.testing.assert_allclose(ya, yb, rtol=0, atol=1e-6)
-    np.testing.assert_allclose(ea.stages["pre_module"], eb.stages["pre_module"], rtol=0, atol=1e-5)
+    # measured max abs: decode 2.4e-7 to 3.7e-7, pre_module 2.4e-7 to 7.2e-7 (17-41 frames)
+    np.testing.assert_allclose(ea.stages["pre_module"], eb.stages["pre_module"], rtol=0, atol=3e-6)
     flips = ea.codes != eb.codes  # the pre_module differs by ~1e-6: only a near-tie may flip
     print(f"blocked vs full attention: {int(flips.sum())} of {flips.size} codes differ (bound: near-ties only)")
     assert np.all(eb.margins[flips] < 1e-4), "only near-ties may flip"

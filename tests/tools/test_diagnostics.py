@@ -29,7 +29,8 @@ from pyggml_codec.diagnostics.compare import CompareError, CompareUsageError, co
 from pyggml_codec.io.codefiles import CodeFile, write_codes
 
 REPO = Path(__file__).resolve().parents[2]
-F32_REL_RMS = 1e-5
+# per-stage rel RMS of the f32 dumps against the reference: at most 7.4e-7 (decode) and 6.8e-7 (encode)
+F32_REL_RMS = 5e-6
 N_FRAMES = 7
 N_SAMPLES = 13230  # 0.3 s: not a multiple of the 2048-sample code frame, so padding shows
 
