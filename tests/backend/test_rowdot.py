@@ -1,11 +1,11 @@
 """The row-product kernel (``kernels.mul_mat_rowdot``, csrc/rowdot.c) and F16 matrices held as
 stored in the "f32" precision.
 
-Metrics: max abs error over max abs value against float64 numpy, bound 2e-6 (as the BLAS
-kernels); the kernel's order-invariance claims are bit for bit (``np.array_equal``): a column
-computed alone or among others, by 1, 2 or 3 threads, from an F16 matrix or from its exact F32
-upcast. At codec level: an F16 file decoded with its matrices held as F16 against the same
-file upcast at load, max abs bound 1e-6 (the "f32" precision's chunking bound).
+Metrics: max abs error over max abs value against float64 numpy, bound 1e-6; the kernel's
+order-invariance claims are bit for bit (``np.array_equal``): a column computed alone or among
+others, by 1, 2 or 3 threads, from an F16 matrix or from its exact F32 upcast. At codec level: an
+F16 file decoded with its matrices held as F16 against the same file upcast at load, max abs bound
+1e-6 (the "f32" precision's chunking bound).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pyggml_codec.graphs import ops
 from graphrun import run_cpu_graph
 from parity import random_codes, report
 
-REL_MAX = 2e-6
+REL_MAX = 1e-6  # measured 4.1e-8 to 1.7e-7 over the shapes below, F32 and F16 rows
 
 
 @pytest.fixture(autouse=True)
