@@ -325,6 +325,13 @@ def paired_sgemm_gflops(threads: int) -> float:
     return limits.sgemm_gflops(threads, reps=3, min_s=0.1)[limits.REFERENCE_SHAPE]
 
 
+# The most the SGEMM rate measured just before and just after a row may differ (max over min) for the
+# row's ratios to the floor to stand: past it the machine's speed changed while the row ran (on one
+# contended 2-core VM the two samples read 283 and 200 GFLOP/s, and a row's ratio to the floor read
+# 1.36x for code that measured 1.93x on a quiet machine).
+SGEMM_SWING = 1.15
+
+
 def add_limits(rows: list[dict], machine_limits: dict) -> None:
     """Each row with operations counted: its floor, and each engine's time against it, in place.
     The floor's SGEMM rate is the row's own, measured just before and after its timed runs (the
@@ -339,6 +346,9 @@ def add_limits(rows: list[dict], machine_limits: dict) -> None:
         if not r.get("flops") or (lim is None and "sgemm_gflops_paired" not in r):
             continue
         rate = r.get("sgemm_gflops_paired") or lim["sgemm_gflops"]
+        around = sorted(r.get("sgemm_gflops_around") or [])
+        if len(around) == 2 and around[1] > SGEMM_SWING * around[0]:
+            r["floor_unsteady"] = around[1] / around[0]
         r.update(sgemm_gflops=rate, floor_s=limits.floor_s(r["flops"], rate),
                  ours_vs_floor=limits.ratio_to_floor(r["ours_s"], r["flops"], rate),
                  oracle_vs_floor=limits.ratio_to_floor(r["oracle_s"], r["flops"], rate))
@@ -347,7 +357,9 @@ def add_limits(rows: list[dict], machine_limits: dict) -> None:
 
 
 def limits_table(rows: list[dict]) -> str:
-    """Every row with a floor: operations, the SGEMM rate and floor, ours and PyTorch against it."""
+    """Every row with a floor: operations, the SGEMM rate and floor, ours and PyTorch against it. A row
+    whose SGEMM samples around it differ by more than SGEMM_SWING has its ratios marked unsteady, and a
+    note under the table says by how much."""
     have = [r for r in rows if "floor_s" in r]
     if not have:
         return ""
@@ -359,13 +371,21 @@ def limits_table(rows: list[dict]) -> str:
     for r in have:
         uncounted = r.get("flops_uncounted") or {}  # ops without a rule: the floor is too low, said so
         missing = f", not counted: {', '.join(f'{k} x{v}' for k, v in sorted(uncounted.items()))}" if uncounted else ""
+        mark = " (unsteady)" if "floor_unsteady" in r else ""
         line = (f"| {r['dtype']} | {r['precision']} | {r['threads']} | {r['task']} | {r['seconds']:g} | "
                 f"{r['flops'] / 1e9:.1f} ({r['flops_products'] / 1e9:.1f} / {r['flops_transforms'] / 1e9:.1f} / "
                 f"{r['flops_elementwise'] / 1e9:.1f}{missing}) | {r['sgemm_gflops']:.0f} | {r['floor_s']:.3f} | "
-                f"{r['ours_s']:.3f} | {r['ours_vs_floor']:.2f}x | {r['oracle_s']:.3f} | {r['oracle_vs_floor']:.2f}x |")
+                f"{r['ours_s']:.3f} | {r['ours_vs_floor']:.2f}x{mark} | {r['oracle_s']:.3f} | "
+                f"{r['oracle_vs_floor']:.2f}x{mark} |")
         if s2:
             line += (f" {r['s2cpp_s']:.3f} | {r['s2cpp_vs_ours']:.2f}x |" if "s2cpp_s" in r else " | |")
         lines.append(line)
+    unsteady = [r for r in have if "floor_unsteady" in r]
+    if unsteady:
+        worst = max(r["floor_unsteady"] for r in unsteady)
+        lines.append(f"\nUnsteady: the SGEMM rate measured just before and just after {len(unsteady)} of these rows "
+                     f"differed by more than {100 * (SGEMM_SWING - 1):.0f} % (at most {100 * (worst - 1):.0f} %): the "
+                     "machine's speed changed while they ran, and their ratios to the floor do not stand.")
     return "\n".join(lines)
 
 

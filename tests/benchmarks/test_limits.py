@@ -222,6 +222,25 @@ def test_a_rows_own_sgemm_rate_sets_its_floor():
     assert "| 80 | 2.500 | 3.000 | 1.20x |" in bench_codec.limits_table([row])
 
 
+def test_rows_whose_sgemm_moved_around_them_are_marked_unsteady():
+    """Ratios to the floor stand only where the SGEMM samples before and after a row agree within
+    SGEMM_SWING; past it both ratios are marked and a note under the table gives the swing."""
+    import bench_codec
+
+    base = dict(task="decode", threads=2, seconds=1.4, dtype="f16", precision="f32", ours_s=3.0, oracle_s=6.0,
+                flops=200e9, flops_products=200e9, flops_transforms=0, flops_elementwise=0)
+    steady = dict(base, sgemm_gflops_paired=100.0, sgemm_gflops_around=[105.0, 95.0])  # 1.105x
+    moved = dict(base, task="encode", sgemm_gflops_paired=241.0, sgemm_gflops_around=[282.7, 199.9])  # 1.41x
+    bench_codec.add_limits([steady, moved], {})
+    assert "floor_unsteady" not in steady and moved["floor_unsteady"] == pytest.approx(282.7 / 199.9)
+    table = bench_codec.limits_table([steady, moved])
+    print(table)
+    assert "| 2.000 | 3.000 | 1.50x | 6.000 | 3.00x |" in table  # the steady row, unmarked
+    assert table.count("(unsteady)") == 2
+    assert "1 of these rows differed by more than 15 % (at most 41 %)" in table
+    assert "Unsteady" not in bench_codec.limits_table([steady])
+
+
 def test_one_stream_target_takes_the_bandwidth_measured_around_it():
     """The one-stream row's target uses the read rate measured just before and after its runs."""
     import bench_streams
