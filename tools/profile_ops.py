@@ -54,10 +54,12 @@ def main(argv=None) -> int:
             c.encode((0.3 * rng.standard_normal(n)).astype(np.float32))
         by_shape: dict = collections.defaultdict(lambda: [0.0, 0, 0])  # (op, ne) -> seconds, nodes, operations
         by_op: dict = collections.defaultdict(lambda: [0.0, 0])  # op -> seconds, operations
+        uncounted: collections.Counter = collections.Counter()  # ops with no counting rule: 0 operations
         for graph in c.engine.cached_graphs().values():
             for i, (op, ne, seconds) in enumerate(graph.profile()):
                 count = flops.FlopCount()
                 flops.count_node(binding.lib.ggml_graph_node(graph.gf, i), count)
+                uncounted.update(count.uncounted)
                 row = by_shape[(op, ne)]
                 row[0] += seconds
                 row[1] += 1
@@ -66,13 +68,22 @@ def main(argv=None) -> int:
                 by_op[op][1] += count.total
     total = sum(s for s, _ in by_op.values())
     work = sum(f for _, f in by_op.values())
-    rate = None if args.no_floor else sgemm_rate(args.threads)
+    on_cpu = args.backend == "cpu"  # the floor is the CPU's SGEMM: no floor for another backend's nodes
+    rate = None if args.no_floor or not on_cpu else sgemm_rate(args.threads)
     print(f"{args.what} of {args.seconds:g} s, precision {args.precision}, {args.threads} threads: "
           f"{total * 1000:.1f} ms summed over nodes, {work / 1e9:.2f} GFLOP")
+    if uncounted:
+        print("not counted (no rule: 0 operations, the floor too low): "
+              + ", ".join(f"{op} x{n}" for op, n in sorted(uncounted.items())))
+    if not on_cpu and not args.no_floor:
+        print(f"no floor: the SGEMM floor is the CPU's, and these nodes ran on {args.backend}")
+    excess_all = 0.0
     if rate:
         floor = work / (rate * 1e9)
         print(f"SGEMM {rate:.0f} GFLOP/s: floor {floor * 1000:.1f} ms, {total / floor:.2f}x the floor")
-    excess_all = total - work / (rate * 1e9) if rate else 0.0
+        excess_all = total - floor
+        if excess_all <= 0:
+            print("the nodes' sum is at or below the floor: no excess to share out")
 
     def columns(seconds: float, ops: float) -> str:
         out = f"{seconds * 1000:8.1f} ms {100 * seconds / total:5.1f} %  {ops / seconds / 1e9 if seconds else 0:6.0f} GFLOP/s"

@@ -17,8 +17,9 @@ from pyggml_codec.backend import kernels, runtime
 from pyggml_codec.backend.ggml_graph import Graph
 from pyggml_codec.backend import lowerings
 
-# f32 precision, rel RMS against PyTorch whatever the lowering: decode 1.8e-7 to 3.4e-7, encode latent
-# 5.3e-7 to 5.7e-7 (tiny model; AVX512-FP16 Xeon, native kernels). The bounds sit 6-11x above.
+# f32 precision, rel RMS against PyTorch whatever the lowering: decode 1.8e-7 to 3.4e-7 (a 5-frame
+# decode under the causal mask 1.7e-7, the blocked attention's decodes 3.2e-7 to 3.3e-7), encode latent
+# 5.3e-7 to 5.7e-7 (tiny model; AVX512-FP16 Xeon, native kernels). The bounds sit 6-12x above.
 F32_REL_RMS = 2e-6
 F32_LATENT_REL_RMS = 5e-6
 
@@ -97,7 +98,7 @@ def test_blocked_window_attention_equals_full(tiny_model, frames):
     np.testing.assert_allclose(ya, yb, rtol=0, atol=1e-6)
     # measured max abs: decode 2.4e-7 to 3.7e-7, pre_module 2.4e-7 to 7.2e-7 (17-41 frames)
     np.testing.assert_allclose(ea.stages["pre_module"], eb.stages["pre_module"], rtol=0, atol=3e-6)
-    flips = ea.codes != eb.codes  # the pre_module differs by ~1e-6: only a near-tie may flip
+    flips = ea.codes != eb.codes  # the pre_module differs by up to 7e-7: only a near-tie may flip
     print(f"blocked vs full attention: {int(flips.sum())} of {flips.size} codes differ (bound: near-ties only)")
     assert np.all(eb.margins[flips] < 1e-4), "only near-ties may flip"
     rel, _ = report("blocked attention decode vs oracle", ya, oracle.decode(tiny_model.model, codes))

@@ -2,8 +2,8 @@
 
 Reference dumps come from ``tools/reference_dump.py`` (upstream torch modules, same stage
 names) on the session's tiny model (``tiny_model`` = ``--preset tiny --seed 0``).
-Tolerance for ours vs upstream: rel RMS <= 1e-5 per stage, as in test_decode/test_encode:
-f32 precision differs from PyTorch only in summation order (measured ~1e-7 to 6e-7).
+Tolerance for ours vs upstream: rel RMS <= 5e-6 per stage (F32_REL_RMS): the f32 precision's stages
+measure 1.1e-7 to 7.4e-7 against upstream's.
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def test_register_cli_compare_exit_codes(ws, tmp_path, capsys):
         return args.func(args)
 
     ref, ours = ws["dir"] / "ref_dec.npz", ws["dir"] / "ours_dec.npz"
-    assert run("compare", ref, ours, "--rel-rms", "1e-5", "--json", tmp_path / "r.json") == 0
+    assert run("compare", ref, ours, "--rel-rms", str(F32_REL_RMS), "--json", tmp_path / "r.json") == 0
     assert json.loads((tmp_path / "r.json").read_text())["ok"] is True
     assert run("compare", ref, ours, "--rel-rms", "1e-9") == 1
     assert "FAIL: first stage past tolerance: dec.vq_sum" in capsys.readouterr().out
@@ -259,7 +259,7 @@ def test_cli_compare_and_bench_through_main(ws, tiny_model, tmp_path):
     if not _cli_registered():
         pytest.skip("pyggml_codec/__main__.py is missing or does not register compare/bench-backends")
     ref, ours = ws["dir"] / "ref_enc.npz", ws["dir"] / "ours_enc.npz"
-    assert _cli("compare", ref, ours, "--rel-rms", "1e-5").returncode == 0
+    assert _cli("compare", ref, ours, "--rel-rms", str(F32_REL_RMS)).returncode == 0
     failed = _cli("compare", ref, ours, "--rel-rms", "1e-12", "--json", tmp_path / "r.json")
     assert failed.returncode == 1, failed.stderr
     assert json.loads((tmp_path / "r.json").read_text())["first_failure"] == "enc.block1"

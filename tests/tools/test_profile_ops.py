@@ -64,8 +64,16 @@ def test_excess_shares_follow_the_measured_floor(tool, demo, capsys):
     head = re.search(r"SGEMM (\d+) GFLOP/s: floor ([\d.]+) ms, ([\d.]+)x the floor", out)
     assert head, out.splitlines()[:2]
     print(head.group(0))
+    sgemm, floor_ms = float(head.group(1)), float(head.group(2))
+    gflop = float(re.search(r"([\d.]+) GFLOP$", out.splitlines()[0]).group(1))
+    # the floor is the call's operations at the printed SGEMM rate (rounded to 1 GFLOP/s, 0.01 GFLOP, 0.1 ms)
+    want = gflop / sgemm * 1000
+    assert abs(floor_ms - want) <= 0.05 + want * (0.5 / sgemm) + 0.005 / sgemm * 1000, (floor_ms, want)
     shares = [r[4] for r in rows.values()]
     assert all(s is not None for s in shares)
     assert abs(sum(shares) - 100) <= 0.05 * len(rows) + 1e-9, sum(shares)
-    # each row's excess is its time less its operations at the SGEMM rate: never above its time
-    assert all(r[3] <= r[0] + 0.1 for r in rows.values())
+    # each row's excess is its time less its operations at that rate: ms (1 - rate / SGEMM), the rate
+    # printed to 1 GFLOP/s and the times to 0.1 ms
+    for op, (ms, _, rate, excess, _) in rows.items():
+        want = ms * (1 - rate / sgemm)
+        assert abs(excess - want) <= 0.1 + ms * 0.5 / sgemm * (1 + rate / sgemm), (op, excess, want)
