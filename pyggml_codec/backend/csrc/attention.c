@@ -61,7 +61,7 @@ void pg_window_attention(void * dst_, int ith, int nth, void * userdata) {
     if (i0 >= i1) return;
     int slot;
     float * w = pg_scratch_take((size_t)(t + hd), &slot);  /* per key: score, then weight; the output row */
-    if (!w) { pg_scratch_give(w, slot); return; }  /* out of memory: the output is left unset */
+    if (!w) return;  /* out of memory: the output is left unset */
     float * acc = w + t;
     for (int64_t item = i0; item < i1; item++) {
         const int64_t h = item % nh, i = item / nh % n, b = item / nh / n;

@@ -112,12 +112,12 @@ static inline void pg_blocks(int64_t len, int64_t min_block, int64_t max_block, 
     *block = b;
 }
 
-/* Scratch buffers kept between calls (winograd.c): take a slot of at least n floats, give it back. */
-float * pg_scratch_take(size_t n, int * slot);
-void pg_scratch_give(float * data, int slot);
-
 /* The functions exported to Python: _kernels_build.py hands this block to cffi's cdef. */
 /* cffi exports: begin */
+/* Scratch buffers kept between calls (scratch.c): take a slot of at least n floats, give it back. Where
+   the buffer cannot grow, take returns NULL with *slot -1 and keeps nothing busy: nothing to give. */
+float * pg_scratch_take(size_t n, int * slot);
+void pg_scratch_give(float * data, int slot);
 void pg_snake(void * dst, void * x, void * alpha, int ith, int nth, void * userdata);
 void pg_im2col(void * dst, int ith, int nth, void * userdata);
 void pg_bias_snake(void * dst, int ith, int nth, void * userdata);

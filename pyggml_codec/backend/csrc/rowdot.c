@@ -415,10 +415,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
     if (a_kind == PG_RD_F32 && k <= PG_RD_VERT_MAX_K && k > 0 && csi == 1 && beta == 0.0f) {
         int vslot;
         float * at = pg_scratch_take((size_t)(k * 16), &vslot);
-        if (!at) {  /* out of memory: the callers use the BLAS */
-            pg_scratch_give(at, vslot);
-            return 0;
-        }
+        if (!at) return 0;  /* out of memory: the callers use the BLAS */
         rd_vertical(m, n, k, a, lda, b, ldb, c, csj, at);
         pg_scratch_give(at, vslot);
         return 1;
@@ -445,10 +442,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
     int slot = -1;
     if (up_block || up_rows) {
         af = pg_scratch_take((size_t)((up_block ? mc : PG_RD_R) * kv), &slot);
-        if (!af) {  /* out of memory: the callers use the BLAS */
-            pg_scratch_give(af, slot);  /* the slot, taken though its buffer could not grow */
-            return 0;
-        }
+        if (!af) return 0;  /* out of memory: the callers use the BLAS */
     }
     const int kind = af ? PG_RD_F32 : a_kind;
     /* F16 and Q8_0 rows as read against PG_RD_C_NARROW columns at a time, or all of them in
@@ -465,7 +459,6 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
     int tslot = -1;
     if (tail && !(tbp = pg_scratch_take((size_t)(most * PG_RD_V), &tslot))) {
         if (af) pg_scratch_give(af, slot);
-        pg_scratch_give(tbp, tslot);
         return 0;  /* out of memory: the callers use the BLAS */
     }
     for (int64_t ib0 = 0; ib0 < m; ib0 += mc) {
@@ -556,10 +549,7 @@ void pg_mul_mat_rowdot(void * dst_, int ith, int nth, void * userdata) {
     float * up = NULL;
     int slot = -1, prev = 0;
     if (!by_rows) {
-        if (up_rows && !(up = pg_scratch_take((size_t)(block * k), &slot))) {  /* out of memory: output unset */
-            pg_scratch_give(up, slot);
-            return;
-        }
+        if (up_rows && !(up = pg_scratch_take((size_t)(block * k), &slot))) return;  /* out of memory: output unset */
         prev = pg_blas_enter(p + 2);
     }
     for (int64_t i3 = 0; i3 < b->ne[3]; i3++)

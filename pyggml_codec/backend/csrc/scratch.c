@@ -31,6 +31,11 @@ float * pg_scratch_take(size_t n, int * slot) {
         free(pg_scratch[pick].data);
         pg_scratch[pick].data = pg_scratch_alloc(n);
         pg_scratch[pick].n = pg_scratch[pick].data ? n : 0;
+        if (!pg_scratch[pick].data) {  /* out of memory: the slot back at once, nothing to give later */
+            pg_scratch_give(NULL, pick);
+            *slot = -1;
+            return NULL;
+        }
     }
     return pg_scratch[pick].data;
 }

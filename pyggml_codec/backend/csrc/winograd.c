@@ -284,12 +284,7 @@ static void wino_transpose(const struct wino * w, int64_t nt, const float * v, i
 static float * wino_transposed(const struct wino * w, int64_t nt, const float * v, int64_t ldv, int64_t plane,
                                int * slot) {
     float * vt = pg_scratch_take((size_t)(w->n * nt * w->cin), slot);
-    if (!vt) {  /* out of memory: the slot back, and none to give later */
-        pg_scratch_give(vt, *slot);
-        *slot = -1;
-        return NULL;
-    }
-    wino_transpose(w, nt, v, ldv, plane, vt, w->cin);
+    if (vt) wino_transpose(w, nt, v, ldv, plane, vt, w->cin);
     return vt;
 }
 
@@ -441,7 +436,7 @@ void pg_conv_wino_input(void * dst_, int ith, int nth, void * userdata) {
     const int64_t gfloats = w.m * ng > w.n * nt ? w.m * ng : w.n * nt, part = w.cin * ldv + 32;
     int slot;
     float * buf = pg_scratch_take((size_t)(gfloats + (by_rows ? w.n * part : 0)), &slot);
-    if (!buf) { pg_scratch_give(buf, slot); return; }  /* out of memory: the output is left unset */
+    if (!buf) return;  /* out of memory: the output is left unset */
     float * out = dst->data;
     if (by_rows) {  /* this share's planes, then its channels of vt */
         wino_input_rows(&w, 0, nrows * segments, nrows, buf, buf + gfloats, ldv, part);
@@ -485,7 +480,7 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
     const size_t floats = (size_t)(gfloats + tfloats + (given ? 0 : w.n * plane) + w.n * mplane);
     int slot;
     float * buf = pg_scratch_take(floats, &slot);
-    if (!buf) { pg_scratch_give(buf, slot); return; }  /* out of memory: the output is left unset */
+    if (!buf) return;  /* out of memory: the output is left unset */
     float * gbuf = buf, * tout = gbuf + gfloats, * v = given ? x->data : tout + tfloats;
     float * mbuf = tout + tfloats + (given ? 0 : w.n * plane);
     const int prev_threads = pg_blas_enter(p);
