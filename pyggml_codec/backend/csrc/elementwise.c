@@ -417,7 +417,11 @@ void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
     int64_t i0, i1;
     pg_share_pieces(n0, rows, ith, nth, &i0, &i1);
     const float * xs = x->data, * al = alpha->data, * bs = bias->data;
-    const int per_row = alpha->ne[0] == 1, f16 = dst->type != 0, in_place = dst->data == x->data;
+    /* per row: alpha [1, rows] (or [1, rows / batches], repeated over the batches); else one per column. A
+       channels-last x of one channel ([1, L]) takes its [1, 1] alpha as the column's (al[r] read past it) */
+    const int per_row = alpha->ne[0] == 1 && (n0 > 1 || alpha->ne[1] > 1), f16 = dst->type != 0,
+              in_place = dst->data == x->data;
+    const int64_t na = alpha->ne[1], nbias = bias->ne[1];
     float tmp[256];
     PG_RUNS(i0, i1, n0, {
         for (int64_t j0 = 0; j0 < len; j0 += 256) {
@@ -425,11 +429,11 @@ void pg_bias_snake(void * dst_, int ith, int nth, void * userdata) {
             const float * xi = xs + i + j0;
             float * y = f16 || in_place ? tmp : (float *) dst->data + i + j0;
 #ifdef PG_EXACT
-            if (per_row) snake_exact(y, xi, al + r, 0, bs + r, 0, m);
+            if (per_row) snake_exact(y, xi, al + r % na, 0, bs + r % nbias, 0, m);
             else snake_exact(y, xi, al + c + j0, 1, bs + c + j0, 1, m);
 #else
             if (per_row) {
-                const float a = al[r], b = bs[r], inv = 1.0f / a;
+                const float a = al[r % na], b = bs[r % nbias], inv = 1.0f / a;
                 (void) inv;
                 for (int64_t k = 0; k < m; k++) {
                     const float t = xi[k] + b;
@@ -486,14 +490,17 @@ void pg_add_bias_residual(void * dst_, int ith, int nth, void * userdata) {
     pg_share_pieces(n0, rows, ith, nth, &i0, &i1);
     const float * hs = h->data, * bs = bias->data, * xs = x ? x->data : NULL;
     float * ys = dst->data;
-    const int per_row = bias->ne[0] == 1, in_place = dst->data == h->data || (xs && dst->data == x->data);
+    /* per row as in pg_bias_snake: [1, rows] (repeated over batches), not a one-channel channels-last h's [1, 1] */
+    const int per_row = bias->ne[0] == 1 && (n0 > 1 || bias->ne[1] > 1);
+    const int in_place = dst->data == h->data || (xs && dst->data == x->data);
+    const int64_t nbias = bias->ne[1];
     float tmp[256];
     PG_RUNS(i0, i1, n0, {
         const float * hr = hs + r * ldh + c;
         for (int64_t j0 = 0; j0 < len; j0 += in_place ? 256 : len) {
             const int64_t m = !in_place ? len : len - j0 < 256 ? len - j0 : 256;
             float * y = in_place ? tmp : ys + i;
-            abr_run(y, hr + j0, xs ? xs + i + j0 : NULL, per_row ? bs + r : bs + c + j0, per_row, m);
+            abr_run(y, hr + j0, xs ? xs + i + j0 : NULL, per_row ? bs + r % nbias : bs + c + j0, per_row, m);
             if (in_place) memcpy(ys + i + j0, tmp, (size_t) m * sizeof(float));
         }
     })
