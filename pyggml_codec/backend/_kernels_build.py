@@ -57,7 +57,7 @@ ffibuilder.set_source(
 # bias passes, the F16 conversions and the products compute ggml's values bit for bit (scalar libm
 # sinf, a true division by alpha, sums in the written order; see PG_EXACT in elementwise.c).
 EXACT_SOURCES = ["elementwise.c", "ggmldot.c", "scratch.c"]
-EXACT_EXPORTS = ("pg_tensor_layout", "pg_has_f16c", "pg_snake", "pg_im2col", "pg_bias_snake",
+EXACT_EXPORTS = ("pg_tensor_layout", "pg_has_f16c", "pg_scratch_failures", "pg_snake", "pg_im2col", "pg_bias_snake",
                  "pg_add_bias_residual", "pg_col2im") + EXACT_ONLY
 
 

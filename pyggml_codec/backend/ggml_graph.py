@@ -71,6 +71,15 @@ class WeightBuffer:
             lib.ggml_free(ctx)
 
 
+def _check_scratch(before: int) -> None:
+    """MemoryError where a compiled kernel was refused its scratch memory since ``before`` (its output
+    was left unset: returning it would be silent wrong output)."""
+    refused = kernels.scratch_failures() - before
+    if refused:
+        raise MemoryError(f"a compiled CPU kernel could not allocate its scratch memory ({refused} refusals) "
+                          f"during this compute; its output is incomplete, so none is returned")
+
+
 def blas_single_threaded():
     """Held around every compute: the BLAS kernels' sgemms must not go threaded (kernels.Blas)."""
     return kernels.BLAS.single_threaded() if kernels.BLAS is not None else contextlib.nullcontext()
@@ -282,7 +291,7 @@ class Graph:
         if self.bound:
             self._bind(bound or {})
         self._upload_inputs(fresh_inputs or {})
-        start = time.perf_counter()
+        start, failed = time.perf_counter(), kernels.scratch_failures()
         with blas_single_threaded():
             if self.sched:
                 status = lib.ggml_backend_sched_graph_compute(self.sched, self.gf)
@@ -292,6 +301,7 @@ class Graph:
         self.last_compute_s = time.perf_counter() - start
         if status != 0:
             raise GraphError(f"graph compute failed with ggml status {status}")
+        _check_scratch(failed)
         return {name: self._download(name) for name in self._downloads}
 
     def profile(self) -> list[tuple[str, tuple[int, ...], float]]:
@@ -311,12 +321,13 @@ class Graph:
         for i in range(lib.ggml_graph_n_nodes(self.gf)):
             view = lib.ggml_graph_view(self.gf, i, i + 1)
             node = lib.ggml_graph_node(self.gf, i)
-            start = time.perf_counter()
+            start, failed = time.perf_counter(), kernels.scratch_failures()
             with blas_single_threaded():
                 status = lib.ggml_backend_graph_compute(self.backend.handle, ctypes.byref(view))
             elapsed = time.perf_counter() - start
             if status != 0:
                 raise GraphError(f"node {i} failed with ggml status {status}")
+            _check_scratch(failed)
             out.append((node_label(node), binding.ne(node), elapsed))
         return out
 

@@ -30,3 +30,34 @@ def test_failed_takes_keep_no_slot_busy(klib):
     print(f"after {SLOTS + 6} failed takes a small take got slot {slot[0]}")
     assert buf != ffi.NULL and 0 <= slot[0] < SLOTS, "every slot was left busy"
     lib.pg_scratch_give(buf, slot[0])
+
+
+def test_failed_takes_are_counted_and_zero_takes_granted(klib):
+    """A failed take leaves some kernel's output unset: the count is what Graph.run checks."""
+    lib, ffi = klib.lib, klib.ffi
+    slot = ffi.new("int *")
+    before = lib.pg_scratch_failures()
+    for huge in (1 << 60, (1 << 64) - 1):  # the second wraps sizeof(float) * n in a size_t
+        assert lib.pg_scratch_take(huge, slot) == ffi.NULL and slot[0] == -1
+    assert lib.pg_scratch_failures() == before + 2
+    buf = lib.pg_scratch_take(0, slot)  # a zero-size product's take: was NULL with its slot kept busy
+    assert buf != ffi.NULL and 0 <= slot[0] < SLOTS
+    lib.pg_scratch_give(buf, slot[0])
+    assert lib.pg_scratch_failures() == before + 2
+
+
+def test_a_compute_whose_kernel_was_refused_scratch_raises(monkeypatch, require):
+    """An output a kernel left unset is not returned: Graph.run raises MemoryError."""
+    import numpy as np
+
+    from graphrun import run_cpu_graph
+    from pyggml_codec.backend import ggml_graph
+
+    require("kernels", kernels.AVAILABLE, f"compiled kernels missing: {kernels.UNAVAILABLE_REASON}")
+    x = np.ones((4, 8), np.float32)
+    build = lambda g: {"y": kernels.transpose(g.ctx, g.input("x", x))}  # noqa: E731
+    np.testing.assert_array_equal(run_cpu_graph(build)["y"], x.T)
+    counts = iter(range(100))  # every read one more refusal: as if a kernel failed during the compute
+    monkeypatch.setattr(ggml_graph.kernels, "scratch_failures", lambda: next(counts))
+    with pytest.raises(MemoryError, match=r"could not allocate its scratch memory \(1 refusals\)"):
+        run_cpu_graph(build)

@@ -267,7 +267,7 @@ static void gd_product(const int f32, const void * a, int64_t lda, const void * 
     double at[GD_R * GH_STEP];
     if (!f32 && left > 0) {
         bt = pg_scratch_take((size_t)((panel / GD_C) * bt_block), &slot);
-        if (!bt) abort();
+        if (!bt) return;  /* out of memory: counted (pg_scratch_failures), c left unset */
     }
     for (int64_t j0 = c0; j0 < c1; j0 += panel) {
         const int64_t j1 = j0 + panel < c1 ? j0 + panel : c1;
@@ -324,10 +324,11 @@ static void gd_product(const int f32, const void * a, int64_t lda, const void * 
 }
 
 /* The probe kernels.py checks this file against ggml's own vec_dot with: contiguous a [m][k],
- * b [n][k], F16 (F32 with f32, as gd_product); c [n][m]. Returns 0 where not built. */
+ * b [n][k], F16 (F32 with f32, as gd_product); c [n][m]. Returns 0 where not built, -1 where its scratch could not be had (c then unset). */
 int pg_f16dot_product(int f32, int64_t m, int64_t n, int64_t k, const void * a, const void * b, float * c) {
+    const int64_t failed = pg_scratch_failures();
     gd_product(f32, a, k, b, k, 0, m, 0, n, k, 64, c, m);
-    return 1;
+    return pg_scratch_failures() == failed ? 1 : -1;  /* -1: out of memory, c not computed */
 }
 
 /* ggml_mul_mat(a, b) with ggml's values: src0 a F16 ne [K, M, A2, A3] and src1 b F16 or F32 ne
@@ -355,7 +356,7 @@ void pg_mul_mat_f16dot(void * dst_, int ith, int nth, void * userdata) {
     uint16_t * hb = NULL;
     if (b_f32) {
         hb = (uint16_t *)pg_scratch_take((size_t)((c1 - c0) * k + 1) / 2 + 1, &slot);
-        if (!hb) abort();
+        if (!hb) return;  /* out of memory: counted (pg_scratch_failures), dst left unset */
     }
     for (int64_t i3 = 0; i3 < b->ne[3]; i3++) {
         for (int64_t i2 = 0; i2 < b->ne[2]; i2++) {

@@ -118,6 +118,7 @@ static inline void pg_blocks(int64_t len, int64_t min_block, int64_t max_block, 
    the buffer cannot grow, take returns NULL with *slot -1 and keeps nothing busy: nothing to give. */
 float * pg_scratch_take(size_t n, int * slot);
 void pg_scratch_give(float * data, int slot);
+int64_t pg_scratch_failures(void);  /* takes refused so far in this build's module: outputs left unset */
 void pg_snake(void * dst, void * x, void * alpha, int ith, int nth, void * userdata);
 void pg_im2col(void * dst, int ith, int nth, void * userdata);
 void pg_bias_snake(void * dst, int ith, int nth, void * userdata);

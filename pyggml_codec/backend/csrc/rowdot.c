@@ -415,7 +415,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
     if (a_kind == PG_RD_F32 && k <= PG_RD_VERT_MAX_K && k > 0 && csi == 1 && beta == 0.0f) {
         int vslot;
         float * at = pg_scratch_take((size_t)(k * 16), &vslot);
-        if (!at) return 0;  /* out of memory: the callers use the BLAS */
+        if (!at) return 0;  /* out of memory: counted (pg_scratch_failures), the compute raises */
         rd_vertical(m, n, k, a, lda, b, ldb, c, csj, at);
         pg_scratch_give(at, vslot);
         return 1;
@@ -442,7 +442,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
     int slot = -1;
     if (up_block || up_rows) {
         af = pg_scratch_take((size_t)((up_block ? mc : PG_RD_R) * kv), &slot);
-        if (!af) return 0;  /* out of memory: the callers use the BLAS */
+        if (!af) return 0;  /* out of memory: counted (pg_scratch_failures), the compute raises */
     }
     const int kind = af ? PG_RD_F32 : a_kind;
     /* F16 and Q8_0 rows as read against PG_RD_C_NARROW columns at a time, or all of them in
@@ -459,7 +459,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
     int tslot = -1;
     if (tail && !(tbp = pg_scratch_take((size_t)(most * PG_RD_V), &tslot))) {
         if (af) pg_scratch_give(af, slot);
-        return 0;  /* out of memory: the callers use the BLAS */
+        return 0;  /* out of memory: counted (pg_scratch_failures), the compute raises */
     }
     for (int64_t ib0 = 0; ib0 < m; ib0 += mc) {
         const int64_t ib1 = ib0 + mc < m ? ib0 + mc : m;

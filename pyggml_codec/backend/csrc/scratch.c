@@ -10,13 +10,22 @@
 static pthread_mutex_t pg_scratch_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct { float * data; size_t n; int busy; } pg_scratch[PG_SCRATCH_SLOTS];
 
+static int64_t pg_scratch_failed;  /* takes refused for want of memory (pg_scratch_failures) */
+
+/* A kernel whose take fails leaves its output unset; Python reads this count around every compute
+ * and raises instead of returning that output. */
+int64_t pg_scratch_failures(void) { return __atomic_load_n(&pg_scratch_failed, __ATOMIC_SEQ_CST); }
+
 static float * pg_scratch_alloc(size_t n) {
     void * p = NULL;
-    return posix_memalign(&p, 64, sizeof(float) * (n ? n : 1)) == 0 ? p : NULL;
+    if (n <= SIZE_MAX / sizeof(float) && posix_memalign(&p, 64, sizeof(float) * n) == 0) return p;
+    __atomic_add_fetch(&pg_scratch_failed, 1, __ATOMIC_SEQ_CST);
+    return NULL;
 }
 
 float * pg_scratch_take(size_t n, int * slot) {
     int pick = -1;
+    if (n == 0) n = 1;  /* a never-used slot (n 0) would otherwise be granted with no buffer */
     pthread_mutex_lock(&pg_scratch_lock);
     for (int i = 0; i < PG_SCRATCH_SLOTS; i++) {  /* a free slot large enough, else any free one */
         if (pg_scratch[i].busy) continue;
