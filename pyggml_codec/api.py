@@ -7,7 +7,7 @@ import os
 import warnings
 from typing import Any, Iterable, Mapping
 
-from .backend.runtime import PRODUCTS, Backend, default_threads, set_cpu_ops, start_backend
+from .backend.runtime import PRODUCTS, Backend, check_threads, default_threads, set_cpu_ops, start_backend
 from .codec import Codec
 from .model.loader import load_model
 from .plan import Precision, check_decode_path
@@ -72,8 +72,8 @@ def load(
     """
     precision = Precision.parse(precision)
     check_decode_path(decode_path)
-    if n_threads is not None and int(n_threads) < 1:
-        raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+    if n_threads is not None:
+        check_threads(n_threads)
     if isinstance(backend, ctypes.c_void_p):
         backend = backend.value or 0
     if isinstance(backend, int) and not isinstance(backend, bool):

@@ -97,9 +97,7 @@ class Codec:
 
     @n_threads.setter
     def n_threads(self, n: int) -> None:
-        if int(n) < 1:
-            raise ValueError(f"n_threads must be >= 1, got {n}")
-        self.engine.check_open().backend.set_threads(int(n))
+        self.engine.check_open().backend.set_threads(n)  # an integer in 1..512, else ValueError
 
     @property
     def graphs(self) -> CodecGraphs:

@@ -243,6 +243,19 @@ def test_bad_sample_rate_raises_input_error(codec, rate, match):
         codec.encode(_noise(100), sample_rate=rate)
 
 
+@pytest.mark.parametrize("n, match", [(0, r"in 1\.\.512"), (513, r"in 1\.\.512"), (65536, r"in 1\.\.512"),
+                                      (1.5, "must be an integer"), (True, "must be an integer"),
+                                      ("2", "must be an integer")])
+def test_bad_thread_counts_raise_value_error(tiny_model, codec, n, match):
+    """65536 threads crashed the process inside ggml's thread pool; 1.5 silently ran on 1."""
+    with pytest.raises(ValueError, match=match):
+        pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=n)
+    before = codec.n_threads
+    with pytest.raises(ValueError, match=match):
+        codec.n_threads = n
+    assert codec.n_threads == before
+
+
 def test_audio_too_long_is_refused_before_any_copy(codec):
     n = int(MAX_ENCODE_SECONDS * SR) + 1
     for audio in (np.broadcast_to(np.float32(0), (n,)), np.broadcast_to(np.int16(0), (2, n))):

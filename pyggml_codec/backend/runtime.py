@@ -108,9 +108,10 @@ class Backend:
         return lib.ggml_backend_name(self.handle).decode()
 
     def set_threads(self, n: int) -> None:
+        n = check_threads(n)
         if self.is_cpu:
-            lib.ggml_backend_cpu_set_n_threads(self.handle, int(n))
-        self.n_threads = int(n)
+            lib.ggml_backend_cpu_set_n_threads(self.handle, n)
+        self.n_threads = n
 
     def supports(self, tensor) -> bool:
         return bool(lib.ggml_backend_supports_op(self.handle, tensor))
@@ -237,11 +238,24 @@ def _start_vulkan(dev, name: str, f32_products: bool) -> tuple[int, str]:
     return handle, "f16-inputs" if _vulkan_f16.get(name, True) else "f32"
 
 
+MAX_THREADS = 512  # GGML_MAX_N_THREADS: ggml's thread pool holds masks of this many threads
+
+
+def check_threads(n) -> int:
+    """``n`` as a thread count: an integer in 1..MAX_THREADS, else ValueError (more threads than ggml's
+    pool holds crashed the process inside ggml; 1.5 would silently have been 1)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise ValueError(f"n_threads must be an integer, got {n!r}")
+    if not 1 <= int(n) <= MAX_THREADS:
+        raise ValueError(f"n_threads must be in 1..{MAX_THREADS} (ggml's most threads), got {n}")
+    return int(n)
+
+
 def default_threads() -> int:
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        return min(MAX_THREADS, max(1, len(os.sched_getaffinity(0))))
     except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+        return min(MAX_THREADS, max(1, os.cpu_count() or 1))
 
 
 def _init_device(backend: str, device: int, f32_products: bool) -> tuple[Backend | None, str | None]:

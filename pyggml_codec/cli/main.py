@@ -40,13 +40,43 @@ from ..backend.runtime import BACKEND_NAMES
 PROG = "pyggml-codec"
 
 
-def _positive_int(text: str) -> int:
+def _int_at_least(text: str, minimum: int, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    return _int_at_least(text, 1, "a positive integer")
+
+
+def _thread_count(text: str) -> int:
+    from ..backend.runtime import MAX_THREADS
+
+    value = _positive_int(text)
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_THREADS} threads (ggml's most), got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    return _int_at_least(text, 0, "a non-negative integer")
+
+
+def _demo_seconds(text: str) -> float:
+    """The demo's signal length: at least one sample, at most one encode's limit (checked before any file
+    is written; past it the demo would fail after writing its model and input)."""
+    from ..demo import demo_config
+    from ..inputs import MAX_ENCODE_SECONDS
+
+    value = _positive_float(text)
+    rate = demo_config().sample_rate
+    if round(value * rate) < 1 or value > MAX_ENCODE_SECONDS:
+        raise argparse.ArgumentTypeError(f"expected {1 / rate:.2g} to {MAX_ENCODE_SECONDS:g} seconds, got {text}")
     return value
 
 
@@ -80,8 +110,9 @@ def _backend_parent() -> argparse.ArgumentParser:
     g = p.add_argument_group("backend")
     g.add_argument("--backend", choices=BACKEND_NAMES, default="auto",
                    help="ggml backend (default: %(default)s, a GPU if any)")
-    g.add_argument("--device", type=int, default=0, help="device index within the backend (default: %(default)s)")
-    g.add_argument("--threads", type=_positive_int, default=None, help="CPU threads (default: usable cores)")
+    g.add_argument("--device", type=_non_negative_int, default=0,
+                   help="device index within the backend (default: %(default)s)")
+    g.add_argument("--threads", type=_thread_count, default=None, help="CPU threads (default: usable cores)")
     g.add_argument("--precision", choices=PRECISIONS, default="f32",
                    help="f32 (exact reference) or s2cpp (F16 conv inputs, as the C++ engine) (default: %(default)s)")
     g.add_argument("--strict-backend", action="store_true", help="fail instead of falling back to CPU")
@@ -206,9 +237,9 @@ def _add_tool_commands(sub, common, backend, progress) -> None:
                           description="Build a tiny model with random weights, encode and decode a generated "
                                       "signal, and write the files: a check that the install runs, no model needed.")
     demo.add_argument("-o", "--output-dir", type=Path, default=None, help="where to write (default: a new temp folder)")
-    demo.add_argument("--seconds", type=_positive_float, default=2.0,
-                      help="length of the test signal (default: %(default)s)")
-    demo.add_argument("--seed", type=int, default=0, help="random weights seed (default: %(default)s)")
+    demo.add_argument("--seconds", type=_demo_seconds, default=2.0,
+                      help="length of the test signal, up to 120 s (default: %(default)s)")
+    demo.add_argument("--seed", type=_non_negative_int, default=0, help="random weights seed (default: %(default)s)")
     _pad_option(demo)
     _force_option(demo, "the demo files")
     demo.set_defaults(func=cmd_demo)

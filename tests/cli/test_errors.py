@@ -106,3 +106,23 @@ def test_extract_from_a_codec_only_file_says_so(tiny_model, tmp_path, capsys):
     assert main("convert", tiny_model.f16_path, tmp_path / "c.gguf", "--extract") == 1
     assert "already codec-only (architecture 'fish-speech-codec')" in error_line(capsys)
     assert not (tmp_path / "c.gguf").exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--seconds", "1e9"], "argument --seconds: expected 2.3e-05 to 120 seconds, got 1e9"),  # was a 321 TiB traceback
+    (["--seconds", "0.00001"], "argument --seconds: expected"),  # failed after writing the model and input
+    (["--seconds", "130"], "argument --seconds: expected"),  # past one encode's limit
+    (["--seed", "-1"], "argument --seed: expected a non-negative integer, got -1"),
+])
+def test_demo_refuses_bad_options_before_writing(tmp_path, capsys, argv, match):
+    assert main("demo", "-o", tmp_path / "demo", *argv) == 2
+    assert match in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()
+
+
+def test_too_many_threads_is_an_error_not_a_crash(tiny_model, tone, tmp_path, capsys):
+    """65536 threads crashed the process inside ggml."""
+    assert main("encode", tone, "-m", tiny_model.f32_path, "-o", tmp_path / "x.npz", "--threads", "100000") == 2
+    assert "argument --threads: expected at most 512 threads (ggml's most), got 100000" in capsys.readouterr().err
+    assert main("encode", tone, "-m", tiny_model.f32_path, "-o", tmp_path / "x.npz", "--device", "-1") == 2
+    assert "argument --device: expected a non-negative integer, got -1" in capsys.readouterr().err
