@@ -26,7 +26,7 @@ from contextlib import ExitStack
 import numpy as np
 
 from .backend.ggml_graph import Graph, GraphCache
-from .errors import ClosedError, GraphError
+from .errors import ClosedError, GraphError, InputError
 from .graphs.build import ENCODER_CTX, FUSED_CTX, QUANTIZER_CTX, Build, CodecGraphs
 from .graphs.ops import Choices
 from .inputs import EncodeResult
@@ -224,7 +224,13 @@ class Engine:
         return result
 
     def quantize(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        """The residual VQ on the host: pre-module frames (T, dim) -> codes, margins, residuals."""
+        """The residual VQ on the host: pre-module frames (T, dim) -> codes, margins, residuals.
+        InputError where the frames are not finite (audio loud enough to overflow the encoder:
+        every distance would be NaN, and every code 0)."""
+        bad = int(np.count_nonzero(~np.isfinite(z)))
+        if bad:
+            raise InputError(f"the encoder's output has {bad} NaN or Inf values of {z.size}: the audio overflows "
+                             f"the model (samples are expected in about [-1, 1])")
         return vq.residual_quantize(self.model.vq_stages, z)
 
     # ----------------------------------------------------------------- streams

@@ -230,6 +230,8 @@ def test_fuzzed_files_load_or_raise_model_file_error(fuzz_seed):
     (["a", "b"], "got dtype <U1"),
     ([[0.1, 0.2], [0.3]], "cannot be read as an array"),
     (None, "got dtype object"),
+    (np.full(100, 1e300), "100 samples beyond float32's range"),  # were cast to Inf: every code 0
+    (np.full(4096, 3e38, np.float32), r"the encoder's output has \d+ NaN or Inf values"),  # overflows inside
 ])
 def test_bad_audio_raises_input_error(codec, audio, match):
     with pytest.raises(InputError, match=match):

@@ -106,7 +106,8 @@ def header_frames(path: str | os.PathLike) -> int | None:
 
 
 def resample(x: np.ndarray, src: int, dst: int, method: str = "soxr") -> np.ndarray:
-    """Resample mono ``x`` ``(n,)`` from ``src`` Hz to ``dst`` Hz; float32 out.
+    """Resample mono ``x`` ``(n,)`` from ``src`` Hz to ``dst`` Hz; float32 out (int16 PCM is read as
+    samples / 32768, as ``encode`` reads it).
 
     ``method="soxr"`` (high quality, the default) or
     ``"linear"`` (the C++ engine's interpolation, exact). Equal rates return a float32 copy.
@@ -115,14 +116,24 @@ def resample(x: np.ndarray, src: int, dst: int, method: str = "soxr") -> np.ndar
         raise ValueError(f"method must be one of {RESAMPLE_METHODS}, got {method!r}")
     if int(src) < 1 or int(dst) < 1:
         raise ValueError(f"sample rates must be positive, got {src} -> {dst}")
-    x = np.asarray(x)
-    if x.ndim != 1:
-        raise ValueError(f"resample expects mono audio of shape (n,), got {x.shape}")
+    x = _mono(x, "resample")
     if int(src) == int(dst):
         return np.array(x, dtype=np.float32)
     if method == "linear":
         return resample_linear(x, int(src), int(dst))
     return _soxr().resample(np.asarray(x, dtype=np.float32), int(src), int(dst), quality="HQ").astype(np.float32)
+
+
+def _mono(x, what: str) -> np.ndarray:
+    """Mono audio ``(n,)``, int16 PCM scaled to float32 by 1 / 32768 (as ``encode`` and soundfile read
+    it); ValueError for another rank (a multi-channel array would be written or resampled as one
+    interleaved track)."""
+    x = np.asarray(x)
+    if x.ndim != 1:
+        raise ValueError(f"{what} expects mono audio of shape (n,), got {x.shape}; downmix first")
+    if x.dtype == np.int16:
+        return x.astype(np.float32) / np.float32(32768.0)
+    return x
 
 
 def _soxr():
@@ -165,7 +176,8 @@ def write_audio(path: str | os.PathLike, x: np.ndarray, rate: int, subtype: str 
     The container follows the extension (``.wav``, ``.flac``, ...). ``subtype``: "FLOAT"
     (32-bit float, lossless for the decoder's output) or "PCM_16" (also spelled "float",
     "pcm16"). Samples outside [-1, 1] are kept as they are in FLOAT files and clipped in
-    PCM_16 files; either way a ``UserWarning`` gives their count.
+    PCM_16 files; either way a ``UserWarning`` gives their count. int16 PCM is read as samples / 32768.
+    ValueError for another shape than ``(n,)`` or for NaN or Inf samples.
     """
     import soundfile as sf
 
@@ -178,7 +190,10 @@ def write_audio(path: str | os.PathLike, x: np.ndarray, rate: int, subtype: str 
     fmt = audio_format(path)
     if not sf.check_format(fmt, subtype):
         raise AudioFileError(f"{path}: {fmt} files cannot hold {subtype} samples")
-    x = np.asarray(x, dtype=np.float32).reshape(-1)
+    x = np.asarray(_mono(x, "write_audio"), dtype=np.float32)
+    bad = int(np.count_nonzero(~np.isfinite(x)))
+    if bad:
+        raise ValueError(f"{path}: {bad} NaN or Inf samples; audio files hold finite samples")
     over = int(np.count_nonzero(np.abs(x) > 1.0))
     if over:
         warnings.warn(f"pyggml_codec: {over} samples exceed [-1, 1] and will clip", UserWarning, stacklevel=2)

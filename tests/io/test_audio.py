@@ -126,6 +126,26 @@ def test_write_is_atomic_and_warns_on_clipping(tmp_path):
     assert sf.info(tmp_path / "quiet.flac").subtype == "PCM_16"
 
 
+def test_write_and_resample_take_mono_finite_audio(tmp_path):
+    x = sine(440, 8000)[:1000]
+    for stereo in (np.stack([x, -x], 1), np.stack([x, -x])):  # was written as one interleaved track
+        with pytest.raises(ValueError, match=r"mono audio of shape \(n,\), got \(.*\); downmix first"):
+            write_audio(tmp_path / "s.wav", stereo, 8000)
+        with pytest.raises(ValueError, match="mono audio"):
+            resample(stereo, 8000, 16000)
+    for bad in (np.nan, np.inf):  # NaN was written as -1.0 in PCM_16 files
+        y = x.copy()
+        y[3] = bad
+        with pytest.raises(ValueError, match="1 NaN or Inf samples"):
+            write_audio(tmp_path / "n.wav", y, 8000, subtype="PCM_16")
+    assert not (tmp_path / "s.wav").exists() and not (tmp_path / "n.wav").exists()
+    pcm = (x * 16384).astype(np.int16)  # int16 PCM reads as samples / 32768, as encode reads it
+    write_audio(tmp_path / "i.wav", pcm, 8000)
+    np.testing.assert_array_equal(sf.read(tmp_path / "i.wav", dtype="float32")[0], pcm / np.float32(32768))
+    np.testing.assert_array_equal(resample(pcm, 8000, 16000, "linear"),
+                                  resample(pcm.astype(np.float32) / 32768, 8000, 16000, "linear"))
+
+
 def test_a_failing_write_leaves_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "out.wav"
     write_audio(path, sine(440, 8000), 8000)
