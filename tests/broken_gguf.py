@@ -212,6 +212,10 @@ CODEC = [
          r"encoder_rates has 100000 entries \(must be 1..16\)", absurd=True),
     Case("head_dim_odd", _meta("rvq_transformer.head_dim", gc.UINT32, 1), ConfigError,
          "head_dim = 1 is odd"),
+    Case("n_head_contradicts", _meta("rvq_transformer.n_head", gc.UINT32, 3), ConfigError,
+         r"rvq_transformer.n_head = 3 contradicts dim \d+ / head_dim \d+ = \d+"),  # was silently ignored
+    Case("window_past_block", _meta("rvq_transformer.window_size", gc.UINT32, 10**9), ConfigError,
+         r"window_size = 1000000000 exceeds its block_size = \d+"),  # loaded, then 7.45 GiB per stream
     Case("frame_length_not_hop_multiple", _meta("frame_length", gc.UINT32, 100), ConfigError,
          "frame_length = 100 must be a multiple of hop_length"),
     Case("transformer_in_inner_block", edit(_transformer_in_block_3), ConfigError,

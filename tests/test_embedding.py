@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 
 import gguf
@@ -126,3 +127,13 @@ def test_logging_goes_to_logger_not_stdout(tiny_model, caplog, capfd):
     assert any("loaded" in r.getMessage() for r in caplog.records if r.name == "pyggml_codec")
     out, _ = capfd.readouterr()
     assert out == ""
+
+
+@pytest.mark.parametrize("value, match", [(1, "got int"), ("w", "got str"), (np.zeros(4), "got ndarray"),
+                                          (ctypes.POINTER(lib.ggml_tensor)(), "got NULL")])
+def test_host_tensors_that_are_not_tensors_raise_type_error(tiny_model, value, match):
+    """An int reached ggml's struct reads as a raw AttributeError."""
+    with pytest.raises(TypeError, match=rf"host_tensors\['decoder.model.0.conv.weight'\] must be a ggml tensor.*{match}"):
+        pyggml_codec.load(tiny_model.f32_path, backend="cpu", host_tensors={"decoder.model.0.conv.weight": value})
+    with pytest.raises(TypeError, match="must map tensor names"):
+        pyggml_codec.load(tiny_model.f32_path, backend="cpu", host_tensors=[value])

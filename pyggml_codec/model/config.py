@@ -225,6 +225,10 @@ class CodecConfig:
                 raise ConfigError(f"{PREFIX}{name}.n_local_heads = {tc.n_kv_head} does not divide n_head {tc.n_head}")
         if self.rvq_transformer.dim != q.input_dim:
             raise ConfigError(f"{PREFIX}rvq_transformer.dim = {self.rvq_transformer.dim} differs from quantizer_input_dim")
+        rvq = self.rvq_transformer
+        if rvq.window > rvq.block_size:  # a stream's carried history is window frames: past its longest sequence
+            raise ConfigError(f"{PREFIX}rvq_transformer.window_size = {rvq.window} exceeds its block_size = "
+                              f"{rvq.block_size}")
 
 
 def _quantizer(m: _Meta) -> QuantizerConfig:
@@ -245,6 +249,9 @@ def _heads(m: _Meta, prefix: str, dim: int) -> tuple[int, int, int]:
     n_head = dim // head_dim
     if n_head < 1:
         raise ConfigError(f"{PREFIX}{prefix}head_dim = {head_dim} exceeds the transformer dim {dim}")
+    if m.has(prefix + "n_head") and m.int(prefix + "n_head") != n_head:  # the heads come from dim / head_dim
+        raise ConfigError(f"{PREFIX}{prefix}n_head = {m.int(prefix + 'n_head')} contradicts dim {dim} / "
+                          f"head_dim {head_dim} = {n_head}")
     local = m.signed(prefix + "n_local_heads")
     return n_head, (n_head if local < 1 else local), head_dim
 

@@ -7,9 +7,10 @@ the host allocated (``host_tensors``) are never freed here, and must outlive the
 
 from __future__ import annotations
 
+import ctypes
 import logging
-import warnings
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -104,7 +105,7 @@ def load_model(source: Any, backend: Backend, parts: str, precision: Precision,
             _warn_s2cpp_build()
         model = LoadedModel(config=config, backend=backend, parts=parts, source=mf.source, plan=plan)
         wanted = [s for s in specs if (parts == "all" or parts in s.parts) and s.role != "host"]
-        _upload(model, mf, prefix, wanted, host_tensors or {})
+        _upload(model, mf, prefix, wanted, _checked_host_tensors(host_tensors))
         if parts in ("all", "encode"):
             model.vq_stages = _vq_stages(mf, prefix, specs, config, sequential=plan.reproduces_s2cpp)
         log.info("loaded %s: %d tensors (%d shared with the host), %.1f MB on %s (parts=%s, precision=%s)",
@@ -134,6 +135,21 @@ def _warn_quantized_s2cpp(mf: ModelFile, prefix: str, plan: Plan) -> None:
                       f"e.g. {quantized[0]}): parity with the C++ engine is not established for quantized "
                       f"weights", RuntimeWarning,
                       stacklevel=4)
+
+
+def _checked_host_tensors(host_tensors: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``host_tensors`` with every value a non-NULL ggml tensor pointer, else TypeError naming the entry
+    (an int or an array reached ggml's struct reads as an AttributeError, or worse)."""
+    if host_tensors is None:
+        return {}
+    if not isinstance(host_tensors, Mapping):
+        raise TypeError(f"host_tensors must map tensor names to ggml tensors, got {type(host_tensors).__name__}")
+    tensor_p = ctypes.POINTER(binding.lib.ggml_tensor)
+    for name, tensor in host_tensors.items():
+        if not isinstance(tensor, tensor_p) or not tensor:
+            raise TypeError(f"host_tensors[{name!r}] must be a ggml tensor (ggml_tensor_p), got "
+                            f"{'NULL' if isinstance(tensor, tensor_p) else type(tensor).__name__}")
+    return host_tensors
 
 
 def _usable_in_place(tensor: Any, ggml_type: int, shape: tuple[int, ...]) -> bool:
