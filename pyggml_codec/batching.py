@@ -23,7 +23,7 @@ import numpy as np
 
 from .engine import Engine
 from .errors import InputError
-from .inputs import check_codes
+from .inputs import check_codes, check_count, check_invalid_policy
 from .stream_state import StreamSlot
 
 
@@ -39,16 +39,15 @@ class BatchStreamDecoder:
     """
 
     def __init__(self, engine: Engine, max_streams: int = 8, *, on_invalid_codes: str = "clamp",
-                 fused: bool = False):
+                 fused: bool = False, owner: object = None):
         if engine.check_open().parts == "encode":
             raise InputError("this codec was loaded with parts='encode'; decode needs parts='decode' or 'all'")
         if isinstance(max_streams, bool) or not isinstance(max_streams, (int, np.integer)) or max_streams < 1:
             raise ValueError(f"max_streams must be an int >= 1, got {max_streams!r}")
-        if on_invalid_codes not in ("clamp", "raise"):
-            raise ValueError(f"on_invalid_codes must be 'clamp' or 'raise', got {on_invalid_codes!r}")
         self._engine = engine
+        self._owner = owner  # the Codec that made it, kept alive while the decoder is
         self.max_streams = int(max_streams)
-        self.on_invalid_codes = on_invalid_codes
+        self.on_invalid_codes = check_invalid_policy(on_invalid_codes)
         self.fused = fused
         self._states = engine.new_streams(self.max_streams)  # every stream's carried state, owned here
         self._slots: dict[int, StreamSlot] = {}
@@ -99,7 +98,8 @@ class BatchStreamDecoder:
             for sid, codes in chunks.items():
                 self._slot(sid)
                 try:
-                    checked[sid] = check_codes(codes, engine.config, self.on_invalid_codes)
+                    checked[sid] = check_codes(codes, engine.config, self.on_invalid_codes, too_long=(
+                        "the {max} frames one step takes; push the rest in later steps"))
                 except InputError as exc:
                     raise InputError(f"stream {sid}: {exc}") from exc
             groups: dict[int, list[int]] = {}
@@ -153,9 +153,7 @@ def decode_batch(engine: Engine, items: Sequence, *, on_invalid_codes: str = "cl
             checked.append(check_codes(codes, cfg, on_invalid_codes, max_frames=None))
         except InputError as exc:
             raise InputError(f"item {i}: {exc}") from exc
-    budget = engine.chunk_frames() if frames_per_step is None else int(frames_per_step)
-    if budget is not None and budget < 1:
-        raise ValueError(f"frames_per_step must be >= 1, got {frames_per_step}")
+    budget = engine.chunk_frames() if frames_per_step is None else check_count(frames_per_step, "frames_per_step", 1)
     pieces: list[list[np.ndarray]] = [[] for _ in checked]
     if not checked:
         return []

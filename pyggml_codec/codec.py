@@ -307,13 +307,13 @@ class Codec:
 
     def stream_decoder(self, *, on_invalid_codes: str = "clamp") -> StreamDecoder:
         """An exact chunked decoder: ``with codec.stream_decoder() as sd: pcm = sd.push(codes)``."""
-        return StreamDecoder(self.engine, on_invalid_codes, fused=self.plan.fused(self.decode_path))
+        return StreamDecoder(self.engine, on_invalid_codes, fused=self.plan.fused(self.decode_path), owner=self)
 
     def batch_stream_decoder(self, max_streams: int = 8, *, on_invalid_codes: str = "clamp") -> BatchStreamDecoder:
         """Exact decoders for up to ``max_streams`` streams, one graph per step for all of them:
         ``sid = bsd.join()``, ``bsd.push({sid: codes, ...})``, ``bsd.leave(sid)`` (see batching.py)."""
         return BatchStreamDecoder(self.engine, max_streams, on_invalid_codes=on_invalid_codes,
-                                  fused=self.plan.fused(self.decode_path))
+                                  fused=self.plan.fused(self.decode_path), owner=self)
 
     def decode_batch(self, items, *, on_invalid_codes: str = "clamp", frames_per_step: int | None = None) -> list:
         """Decode code arrays ``(n_codebooks, T_i)`` together; one float32 audio each, equal to

@@ -42,13 +42,32 @@ def _as_array(value, what: str) -> np.ndarray:
         raise InputError(f"{what} cannot be read as an array ({exc})") from None
 
 
-def check_codes(codes, cfg: CodecConfig, on_invalid: str = "clamp", max_frames: int | None = MAX_DECODE_FRAMES) -> np.ndarray:
-    """Codes as int32 ``(n_codebooks, T)``; out-of-range values clamped (warned) or refused.
+def check_count(value, name: str, minimum: int) -> int:
+    """``value`` as an int >= ``minimum`` (an integer type, or a float with no fraction), else ValueError
+    naming ``name``: 1.9 frames would otherwise run as 1, and "x" fail inside int()."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer, float, np.floating)) or value != int(value):
+        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    if int(value) < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return int(value)
 
-    ``max_frames=None`` lifts the one-shot length limit (windowed and streamed decodes).
-    """
+
+def check_invalid_policy(on_invalid: str) -> str:
+    """``on_invalid_codes``: "clamp" or "raise", else ValueError."""
     if on_invalid not in ("clamp", "raise"):
         raise ValueError(f"on_invalid_codes must be 'clamp' or 'raise', got {on_invalid!r}")
+    return on_invalid
+
+
+def check_codes(codes, cfg: CodecConfig, on_invalid: str = "clamp", max_frames: int | None = MAX_DECODE_FRAMES,
+                too_long: str = "the one-shot decode limit of {max}; decode in chunks with codec.stream_decoder()"
+                ) -> np.ndarray:
+    """Codes as int32 ``(n_codebooks, T)``; out-of-range values clamped (warned) or refused.
+
+    ``max_frames=None`` lifts the one-shot length limit (windowed and streamed decodes); ``too_long``
+    says what a longer T exceeds, and what to do instead.
+    """
+    check_invalid_policy(on_invalid)
     arr = _as_array(codes, "codes")
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         raise InputError(f"codes must be integers, got dtype {arr.dtype}")
@@ -60,10 +79,7 @@ def check_codes(codes, cfg: CodecConfig, on_invalid: str = "clamp", max_frames: 
     if arr.shape[1] == 0:
         raise InputError("codes are empty (T = 0)")
     if max_frames is not None and arr.shape[1] > max_frames:
-        raise InputError(
-            f"{arr.shape[1]} frames exceed the one-shot decode limit of {max_frames}; "
-            "decode in chunks with codec.stream_decoder()"
-        )
+        raise InputError(f"{arr.shape[1]} frames exceed {too_long.format(max=max_frames)}")
     if arr.dtype == np.uint64:  # values past int64 stay "too large" instead of wrapping negative
         arr = np.minimum(arr, np.iinfo(np.int64).max)
     return _clamp(arr.astype(np.int64), cfg, on_invalid)

@@ -23,7 +23,8 @@ import numpy as np
 
 from .engine import Engine
 from .errors import InputError
-from .inputs import PAD_POLICIES, EncodeResult, channels_first, check_audio, check_chunk_seconds, check_codes
+from .inputs import (MAX_DECODE_FRAMES, PAD_POLICIES, EncodeResult, channels_first, check_audio,
+                     check_chunk_seconds, check_codes, check_count, check_invalid_policy)
 from .progress import ProgressCallback, report
 from .stream_state import StreamSlot
 
@@ -43,11 +44,12 @@ class StreamDecoder:
     (``Engine.new_streams``) and runs each push through ``Engine.decode_step``.
     """
 
-    def __init__(self, engine: Engine, on_invalid_codes: str = "clamp", *, fused: bool = False):
+    def __init__(self, engine: Engine, on_invalid_codes: str = "clamp", *, fused: bool = False, owner: object = None):
         if engine.check_open().parts == "encode":
             raise InputError("this codec was loaded with parts='encode'; decode needs parts='decode' or 'all'")
         self._engine = engine
-        self.on_invalid_codes = on_invalid_codes
+        self._owner = owner  # the Codec that made it, kept alive while the decoder is (its finalizer closes the engine)
+        self.on_invalid_codes = check_invalid_policy(on_invalid_codes)
         self.fused = fused
         self.last_compute_s = 0.0  # seconds inside ggml compute during the last push
         self._states = engine.new_streams(1)
@@ -62,16 +64,25 @@ class StreamDecoder:
         self.frames_pushed = 0
 
     def push(self, codes) -> np.ndarray:
-        """Codes ``(n_codebooks, n)``, any n >= 1 -> float32 audio of ``n * samples_per_frame``."""
+        """Codes ``(n_codebooks, n)``, any n >= 1 -> float32 audio of ``n * samples_per_frame``. A push
+        of more than ``MAX_DECODE_FRAMES`` frames runs as pushes of at most that many, in turn."""
         engine, slot = self._engine, self._slot
         with engine.lock:
             engine.check_open()
-            codes = check_codes(codes, engine.config, self.on_invalid_codes)
-            n = codes.shape[1]
-            audio, pending, self.last_compute_s = engine.decode_step(self._states, [slot], codes, self.fused)
-            self._states.commit(slot, pending[0], n)
-            self.frames_pushed += n
-        return audio.reshape(-1)
+            codes = check_codes(codes, engine.config, self.on_invalid_codes, max_frames=None)
+            pieces, self.last_compute_s = [], 0.0
+            for start in range(0, codes.shape[1], MAX_DECODE_FRAMES):
+                piece = codes[:, start:start + MAX_DECODE_FRAMES]
+                audio, pending, compute_s = engine.decode_step(self._states, [slot], piece, self.fused)
+                self._states.commit(slot, pending[0], piece.shape[1])
+                self.frames_pushed += piece.shape[1]
+                self.last_compute_s += compute_s
+                pieces.append(audio.reshape(-1))
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+    def close(self) -> None:
+        """End the stream (as :meth:`reset`, which the next push would start from)."""
+        self.reset()
 
     def flush(self) -> np.ndarray:
         """The samples still held back (none: every layer is causal), then reset."""
@@ -151,11 +162,9 @@ def decode_windowed(codec, codes, stride: int | None = None, history: int | None
     """
     cfg = codec.config
     codes = check_codes(codes, cfg, on_invalid_codes, max_frames=None)
-    stride = (1 if low_latency else 4 if live else 16) if stride is None else int(stride)
-    history = cfg.streaming_history_frames if history is None else int(history)
-    holdback = (0 if low_latency else history) if holdback is None else int(holdback)
-    if stride < 1 or history < 0 or holdback < 0:
-        raise ValueError(f"need stride >= 1, history >= 0, holdback >= 0; got {stride}, {history}, {holdback}")
+    stride = (1 if low_latency else 4 if live else 16) if stride is None else check_count(stride, "stride", 1)
+    history = cfg.streaming_history_frames if history is None else check_count(history, "history", 0)
+    holdback = (0 if low_latency else history) if holdback is None else check_count(holdback, "holdback", 0)
     schedule = windowed_schedule(codes.shape[1], stride, history, holdback, live)
     spf = cfg.samples_per_frame
     pieces = []

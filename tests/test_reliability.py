@@ -258,6 +258,24 @@ def test_bad_thread_counts_raise_value_error(tiny_model, codec, n, match):
     assert codec.n_threads == before
 
 
+def test_bad_call_arguments_name_the_argument(tiny_model, codec):
+    """Arguments that ran as something else (a stride of 1.9 as 1, "COL2IM_1D" as its letters) or failed
+    with an unrelated message."""
+    codes = np.zeros((10, 3), np.int32)
+    for kwargs, match in [({"stride": 1.9}, "stride must be a whole number >= 1, got 1.9"),
+                          ({"stride": 0}, "stride must be >= 1, got 0"),
+                          ({"history": -1}, "history must be >= 0"), ({"holdback": "x"}, "holdback must be a whole")]:
+        with pytest.raises(ValueError, match=match):
+            codec.decode_windowed(codes, **kwargs)
+    with pytest.raises(ValueError, match="frames_per_step must be a whole number >= 1, got 'x'"):
+        codec.decode_batch([codes], frames_per_step="x")
+    with pytest.raises(TypeError, match="lowerings must be a dict of lowering name -> choice, got str"):
+        pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings="x")
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", cpu_ops="col2im_1d") as one:
+        assert one.engine.model.backend.cpu_ops == frozenset({"COL2IM_1D"})
+    assert np.array_equal(codec.decode_windowed(codes, stride=2.0), codec.decode_windowed(codes, stride=2))
+
+
 def test_audio_too_long_is_refused_before_any_copy(codec):
     n = int(MAX_ENCODE_SECONDS * SR) + 1
     for audio in (np.broadcast_to(np.float32(0), (n,)), np.broadcast_to(np.int16(0), (2, n))):

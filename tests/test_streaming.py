@@ -135,6 +135,43 @@ def test_stream_validates_chunks(codec):
         assert sd.frames_pushed == 3
 
 
+def test_a_push_past_the_one_shot_limit_runs_in_pieces(codec):
+    """Documented as any n >= 1; it was refused with advice to use the stream decoder it was pushed to."""
+    from pyggml_codec.inputs import MAX_DECODE_FRAMES
+
+    codes = random_codes(codec.config.quantizer.codebook_sizes, MAX_DECODE_FRAMES + 5, seed=6)
+    with codec.stream_decoder() as sd:
+        got = sd.push(codes)
+        assert sd.frames_pushed == codes.shape[1] and got.shape == (codes.shape[1] * codec.config.samples_per_frame,)
+    want = _streamed(codec, [codes[:, :MAX_DECODE_FRAMES], codes[:, MAX_DECODE_FRAMES:]])
+    assert np.array_equal(got, want)
+
+
+def test_stream_decoders_keep_their_codec_open(tiny_model):
+    """A codec no one else holds stays open while its decoders live (it was closed by its finalizer)."""
+    import gc
+
+    sizes_codes = None
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1) as c:
+        sizes_codes = random_codes(c.config.quantizer.codebook_sizes, 6, seed=7)
+        want = c.decode(sizes_codes)
+    chunks = iter([sizes_codes[:, :2], sizes_codes[:, 2:]])
+    stream = pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1).stream_decode(chunks)
+    gc.collect()
+    assert max_abs(np.concatenate(list(stream)), want) <= F32_MAX_ABS
+    bsd = pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1).batch_stream_decoder(2)
+    gc.collect()
+    sid = bsd.join()
+    assert bsd.push({sid: sizes_codes})[sid].shape == want.shape
+    bsd.close()
+
+
+def test_stream_decoder_checks_its_policy_when_made(codec):
+    for make in (codec.stream_decoder, codec.batch_stream_decoder):
+        with pytest.raises(ValueError, match="on_invalid_codes must be 'clamp' or 'raise', got 'x'"):
+            make(on_invalid_codes="x")
+
+
 @pytest.mark.parametrize("kv", ["arena", "arena-ggml", "concat"])
 def test_kv_lowerings_stream_alike(tiny_model, kv, monkeypatch, require):
     """Both lowerings of a streamed attention's keys and values (host arena rows read and written

@@ -7,6 +7,7 @@ Probed per backend (``ggml_backend_supports_op`` on tiny tensors), then overridd
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 
 from . import binding, buildinfo, ggml_graph, kernels
 from .binding import lib
@@ -59,6 +60,8 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None, exact: boo
     lowering on the CPU backend against the reference). ``exact`` (the "s2cpp" precision) takes
     :data:`S2CPP_LOWERINGS` and refuses overrides against them. ``plan.decide_plan`` calls it.
     """
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise TypeError(f"lowerings must be a dict of lowering name -> choice, got {type(overrides).__name__}")
     if exact:
         clash = {k: v for k, v in (overrides or {}).items() if k in S2CPP_LOWERINGS and v != S2CPP_LOWERINGS[k]}
         if clash:

@@ -201,6 +201,8 @@ def op_names() -> frozenset[str]:
 
 def set_cpu_ops(backend: Backend, ops) -> None:
     """Pin these ggml ops to the CPU on ``backend`` (see :class:`Graph`); names are checked."""
+    if isinstance(ops, str):  # one name: not its letters
+        ops = [ops]
     wanted = frozenset(str(op).upper() for op in (ops or ()))
     unknown = sorted(wanted - op_names())
     if unknown:

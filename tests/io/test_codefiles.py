@@ -218,6 +218,10 @@ def test_npz_class_fields_become_meta():
     assert back.meta == {**cf.meta, "format_version": 1} and back.transcript == cf.transcript
     with pytest.raises(CodeFileError, match="n_samples = 1"):
         NpzFile(np.zeros((1, 3), np.int32), n_samples=1, samples_per_frame=2)
+    for bad in ("abc", 44100.7, float("nan"), True):  # 44100.7 Hz was stored as 44100; "abc" failed inside int()
+        with pytest.raises(CodeFileError, match=f"sample_rate must be a whole number, got {bad!r}"):
+            to_bytes(CodeFile(np.zeros((2, 2), np.int32), bad), "npz")
+    assert NpzFile(np.zeros((1, 3), np.int32), sample_rate=44100.0).sample_rate == 44100
 
 
 @pytest.mark.parametrize("text, reason", [

@@ -77,6 +77,15 @@ def encode_transcript(text: str, what: str = "a transcript") -> bytes:
                             f"character {exc.start})") from None
 
 
+def whole_number(name: str, value: Any) -> int:
+    """``value`` as an int where it is one (an integer type, or a float with no fraction); CodeFileError
+    naming ``name`` otherwise (44100.7 Hz was stored as 44100, "abc" failed inside int())."""
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating))
+            or not np.isfinite(value) or value != int(value)):
+        raise CodeFileError(f"{name} must be a whole number, got {value!r}")
+    return int(value)
+
+
 def check_int32(name: str, value: Any, low: int) -> int:
     """``value`` as an int in ``[low, 2**31 - 1]``; CodeFileError naming ``name`` otherwise."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .base import MAX_FILE_BYTES, CodeFile, CodeFileFormat, as_codes, encode_transcript
+from .base import MAX_FILE_BYTES, CodeFile, CodeFileFormat, as_codes, encode_transcript, whole_number
 from .npy import codes_from_array, npy_bytes, parse_npy
 from ...errors import CodeFileError
 
@@ -61,7 +61,7 @@ class NpzFile(CodeFileFormat):
         self.codes = as_codes(self.codes)
         for name in ("sample_rate", "n_samples", "samples_per_frame"):
             if getattr(self, name) is not None:
-                setattr(self, name, int(getattr(self, name)))
+                setattr(self, name, whole_number(name, getattr(self, name)))
         for name in ("pad_to", "model_sha256", "library_version"):
             if getattr(self, name) is not None:
                 setattr(self, name, str(getattr(self, name)))
