@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 import traceback
 import warnings
@@ -350,6 +351,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # the reader went away (``info | head``): nothing more to say, and no one to say it to
+        _silence_stdout()
+        return 141
     except CliError as exc:
         return _fail(str(exc), exc.status, verbose)
     except USER_ERRORS as exc:
@@ -358,6 +362,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail("interrupted", 130, verbose)
     finally:
         warnings.showwarning = previous
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush does not fail on the closed pipe."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # pragma: no cover - stdout not a real file
+        pass
 
 
 def _fail(message: str, status: int, verbose: int) -> int:
