@@ -367,6 +367,18 @@ CONV_CHUNK_BYTES = 4 << 20  # a chunk's output (Cout x chunk F32): 4 MiB measure
 CONV_MIN_COLUMNS, CONV_MIN_CHANNELS, CONV_SPLIT_CHANNELS_BELOW = 128, 64, 256
 
 
+def check_context(prev, k: int, dilation: int, cin: int, segments: int = 1) -> None:
+    """ValueError unless ``prev`` is a conv's carried context as the kernels read it: F32 ne
+    ``[(K-1)*dilation, Cin]``, or ``[(K-1)*dilation, S, Cin]`` for S segments (the C reads that many
+    samples per channel and stream, wherever the tensor ends)."""
+    if prev is None:
+        return
+    ne = [int(prev.contents.ne[i]) for i in range(4)]
+    want = [(k - 1) * dilation, cin, 1, 1] if segments == 1 else [(k - 1) * dilation, segments, cin, 1]
+    if ne != want or binding.tensor_type(prev) != 0:
+        raise ValueError(f"a conv's carried context must be F32 ne {want}, got type {binding.tensor_type(prev)} ne {ne}")
+
+
 def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None, segments: int = 1):
     """Causal stride-1 conv of CF ``x`` (F32 ne ``[L, Cin]``, contiguous rows) by per-tap
     matrices ``w`` (contiguous F32 ne ``[Cin, Cout, K]``): CF ``[L, Cout]``, one sgemm per tap
@@ -379,6 +391,7 @@ def conv_taps(ctx, w, x, k: int, dilation: int, keep: list, prev=None, segments:
     length = int(x.contents.ne[0])
     if segments > 1 and (length % segments or prev is None or int(prev.contents.ne[1]) != segments):
         raise ValueError(f"{segments} segments of a conv over {length} samples")
+    check_context(prev, k, dilation, int(w.contents.ne[0]), segments)
     chunk = max(64, CONV_CHUNK_BYTES // (4 * cout) // 16 * 16)
     params = np.concatenate([BLAS.params, np.array([k, dilation, chunk, CONV_MIN_COLUMNS, CONV_MIN_CHANNELS,
                                                     CONV_SPLIT_CHANNELS_BELOW, segments], dtype=np.int64)])

@@ -11,7 +11,7 @@ import ctypes
 import numpy as np
 
 from .binding import lib
-from .kernels import OPS, BLAS, CONV_MIN_CHANNELS, N_TASKS_MAX, ROWDOT  # the kernels' table: one build, one check
+from .kernels import OPS, BLAS, CONV_MIN_CHANNELS, N_TASKS_MAX, ROWDOT, check_context  # the kernels' table: one build, one check
 from .winograd_tables import WINOGRAD, Winograd
 
 WINO_CHUNK_BYTES = 8 << 20  # a thread block's working set (transformed input + products)
@@ -84,6 +84,7 @@ def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = 
     if int(x.contents.ne[0]) % segments or (prev is not None and segments > 1
                                              and int(prev.contents.ne[1]) != segments):
         raise ValueError(f"{segments} segments of a conv over {int(x.contents.ne[0])} samples")
+    check_context(prev, wino.k, dilation, cin, segments)
     length = int(x.contents.ne[0]) // segments
     rows = segments * -(-length // (wino.m * dilation))  # tile rows, counted over the segments in turn
     max_tiles = max(WINO_MIN_TILES, WINO_CHUNK_BYTES // (4 * wino.n * (cin + cout)))

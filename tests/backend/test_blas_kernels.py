@@ -154,6 +154,22 @@ def test_conv_taps_segments_need_a_context_per_stream():
         ops.lib.ggml_free(ctx)
 
 
+def test_convs_refuse_a_context_of_another_shape():
+    """The kernels read (K-1)*d context samples per channel (and stream) wherever the tensor ends."""
+    ctx = new_context(16 * ops.lib.ggml_tensor_overhead())
+    try:
+        w, x = ops.new_tensor(ctx, ops.F32, (4, 4, 3)), ops.new_tensor(ctx, ops.F32, (10, 4))
+        u = ops.new_tensor(ctx, ops.F32, (4, 4, winograd_tables.WINOGRAD.n))
+        for prev, want in (((3, 4), r"\[2, 4, 1, 1\], got type 0 ne \[3, 4, 1, 1\]"),
+                           ((2, 5), r"\[2, 4, 1, 1\], got type 0 ne \[2, 5, 1, 1\]")):
+            with pytest.raises(ValueError, match="a conv's carried context must be F32 ne " + want):
+                kernels.conv_taps(ctx, w, x, 3, 1, [], ops.new_tensor(ctx, ops.F32, prev))
+        with pytest.raises(ValueError, match=r"context must be F32 ne \[18, 4, 1, 1\]"):  # (7 - 1) * 3
+            winograd_conv.conv_wino(ctx, u, x, 3, [], ops.new_tensor(ctx, ops.F32, (6, 4)))
+    finally:
+        ops.lib.ggml_free(ctx)
+
+
 def test_blas_can_be_switched_off(tiny_model):
     code = ("import pyggml_codec, sys; from pyggml_codec.backend import kernels; "
             "c = pyggml_codec.load(sys.argv[1], backend='cpu'); "
