@@ -82,9 +82,10 @@ class BatchStreamDecoder:
         self._left.add(sid)
 
     def _slot(self, sid) -> StreamSlot:
-        if sid in self._left:
+        valid = isinstance(sid, (int, np.integer)) and not isinstance(sid, bool)  # True would be stream 1
+        if valid and sid in self._left:
             raise InputError(f"stream {sid} has left this decoder")
-        slot = self._slots.get(sid) if isinstance(sid, (int, np.integer)) else None
+        slot = self._slots.get(sid) if valid else None
         if slot is None:
             raise InputError(f"no stream {sid!r} in this decoder (live: {list(self._slots)})")
         return slot

@@ -153,7 +153,7 @@ def channels_first(audio, mix: str | None = None) -> np.ndarray:
     if mix not in (None, "mean"):
         raise ValueError(f"mix must be None or 'mean', got {mix!r}")
     arr = _as_array(audio, "audio")
-    if arr.dtype not in (np.float32, np.float64, np.int16):
+    if arr.dtype.newbyteorder("=") not in (np.float32, np.float64, np.int16):  # either byte order
         raise InputError(f"audio must be float32, float64 or int16, got dtype {arr.dtype}")
     if arr.ndim not in (1, 2):
         raise InputError(f"audio must be 1-D (n,) or 2-D (channels, n) or (n, channels), got shape {arr.shape}")
@@ -205,6 +205,8 @@ def check_audio(audio, cfg: CodecConfig, sample_rate: int | None, mix: str | Non
             f"{n / cfg.sample_rate:.1f} s of audio exceeds the one-shot encode limit of "
             f"{max_seconds:.0f} s; encode it in chunks (codec.encode_chunked)"
         )
+    if not arr.dtype.isnative:  # big-endian samples (a file's, read raw): the same values in this machine's order
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     if arr.dtype == np.int16:
         arr = arr.astype(np.float32) / np.float32(32768.0)
     if arr.ndim == 2:

@@ -182,6 +182,8 @@ def test_bad_input_moves_no_stream(codec):
             bsd.push({a: items[0][:, 4:6], c: items[2][:, 4:6]})
         with pytest.raises(pyggml_codec.InputError, match="no stream 99"):
             bsd.push({a: items[0][:, 4:6], 99: items[2][:, 4:6]})
+        with pytest.raises(pyggml_codec.InputError, match="no stream True"):  # was taken as stream 1
+            bsd.push({True: items[1][:, 4:6]})
         bsd.join()
         with pytest.raises(pyggml_codec.InputError, match="at most 3 streams"):
             bsd.join()

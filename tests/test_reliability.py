@@ -294,10 +294,12 @@ def test_odd_but_valid_audio_layouts_encode_like_plain_float32(codec):
     readonly = x.copy()
     readonly.flags.writeable = False
     fortran = np.asfortranarray(x[None, :])
-    for variant in (strided, readonly, fortran, x.astype(np.float64), list(x.astype(np.float64))):
+    for variant in (strided, readonly, fortran, x.astype(np.float64), list(x.astype(np.float64)), x.astype(">f4"),
+                    x.astype(">f8")):  # big-endian floats were refused ("got dtype >f4")
         np.testing.assert_array_equal(codec.encode(variant), want)
     pcm = (np.clip(x, -1, 1) * 32767).astype(np.int16)
     np.testing.assert_array_equal(codec.encode(pcm), codec.encode(pcm.astype(np.float32) / 32768))
+    np.testing.assert_array_equal(codec.encode(pcm.astype(">i2")), codec.encode(pcm))
     stereo = np.stack([x, 0.5 * x])
     np.testing.assert_array_equal(codec.encode(stereo, mix="mean"), codec.encode(stereo.mean(axis=0)))
     assert codec.encode(x, sample_rate=44100.0).shape == want.shape

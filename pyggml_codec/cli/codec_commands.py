@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..api import load
-from ..io.audio import audio_format, write_audio
+from ..io.audio import SUBTYPES, audio_format, write_audio
 from ..codec import Codec
 from ..io.codefiles import EXTENSIONS as CODE_EXTENSIONS
 from ..io.codefiles import CodeFile, encode_transcript, format_of, read_codes
@@ -100,11 +100,18 @@ def check_code_extension(path: Path, what: str = "output") -> str:
     return format_of(path)
 
 
-def check_audio_extension(path: Path) -> None:
+def check_audio_extension(path: Path, subtype: str) -> None:
+    """A usage error for an output extension libsndfile does not know, or whose format cannot hold
+    ``subtype`` (.ogg and .mp3 hold only their own compressed samples): found before any loading."""
+    import soundfile as sf
+
     try:
-        audio_format(path)
+        fmt = audio_format(path)
     except ValueError:
         raise CliError(f"{path}: audio output must end in .wav, .flac or another libsndfile extension", status=2) from None
+    if not sf.check_format(fmt, SUBTYPES[subtype]):
+        raise CliError(f"{path}: {fmt} files cannot hold {SUBTYPES[subtype]} samples; write .wav, .flac or .aiff",
+                       status=2)
 
 
 def check_transcript(args: argparse.Namespace, kind: str) -> None:
@@ -300,7 +307,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
         return run_batch(args, plan, "decode",
                          lambda codec, src, dst: decode_codes(codec, read_codes(src), src, dst, args))
     check_code_extension(args.input, "input")
-    check_audio_extension(args.output)
+    check_audio_extension(args.output, args.subtype)
     check_output(args.output, args.force)
     cf = read_codes(args.input)
     with load_codec(args, "decode") as codec:
@@ -321,7 +328,7 @@ def cmd_roundtrip(args: argparse.Namespace) -> int:
     check_model_path(args.model)
     if args.input.is_dir():
         raise CliError("roundtrip takes one audio file, not a directory", status=2)
-    check_audio_extension(args.output)
+    check_audio_extension(args.output, args.subtype)
     check_output(args.output, args.force)
     audio = _read(args, args.input)
     with load_codec(args, "all") as codec:

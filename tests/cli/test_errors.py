@@ -126,3 +126,12 @@ def test_too_many_threads_is_an_error_not_a_crash(tiny_model, tone, tmp_path, ca
     assert "argument --threads: expected at most 512 threads (ggml's most), got 100000" in capsys.readouterr().err
     assert main("encode", tone, "-m", tiny_model.f32_path, "-o", tmp_path / "x.npz", "--device", "-1") == 2
     assert "argument --device: expected a non-negative integer, got -1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("subtype", ["float", "pcm16"])
+def test_an_output_format_that_cannot_hold_the_samples_is_a_usage_error(tiny_model, tone, tmp_path, capsys, subtype):
+    """.ogg failed after loading and computing, whichever --subtype (exit 1)."""
+    assert main("roundtrip", tone, "-m", tiny_model.f32_path, "-o", tmp_path / "x.ogg", "--subtype", subtype) == 2
+    sample = {"float": "FLOAT", "pcm16": "PCM_16"}[subtype]
+    assert f"x.ogg: OGG files cannot hold {sample} samples; write .wav, .flac or .aiff" in capsys.readouterr().err
+    assert not (tmp_path / "x.ogg").exists()
