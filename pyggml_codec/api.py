@@ -32,7 +32,9 @@ def load(
     ``source``: a path to a ``fish-speech`` (merged, ``c.``-prefixed) or
     ``fish-speech-codec`` GGUF file, or an open ``gguf.GGUFReader`` the host already has.
     ``backend``: "auto" (a GPU if this ggml build has one, else CPU), "cpu", "cuda",
-    "metal", "vulkan", or a ggml backend handle the host created (used, never freed).
+    "metal", "vulkan", or a ggml backend handle the host created (used, never freed; an int or
+    ``c_void_p`` is taken as a ``ggml_backend_t`` as it is, and nothing can check a raw address:
+    one that is not a backend crashes the process).
     An unavailable backend falls back to CPU with a ``RuntimeWarning`` (recorded in
     ``codec.fallback_reason``); ``strict_backend=True`` raises :class:`BackendError`.
     ``precision``: "f32" (default: F32 weights and convs, exact to ~1e-6, the reference
@@ -67,8 +69,9 @@ def load(
     ModelFileError and its subclasses ConfigError and TensorError (a missing file, or one that
     is not a readable S2 codec GGUF, naming the key or tensor), BackendError (a backend or
     device that cannot start with ``strict_backend=True``, a forced lowering the backend cannot
-    run), ValueError (a bad ``precision``, ``parts``, ``decode_path``, ``lowerings`` or
-    ``n_threads``).
+    run), ValueError (a bad ``precision``, ``parts``, ``decode_path``, ``lowerings`` choice,
+    ``cpu_ops`` name, or ``n_threads`` outside 1..512), TypeError (``lowerings`` that is not a mapping,
+    a ``host_tensors`` value that is not a ggml tensor).
     """
     precision = Precision.parse(precision)
     check_decode_path(decode_path)
