@@ -350,9 +350,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = warnings.showwarning
     warnings.showwarning = _show_warning
     try:
-        return int(args.func(args) or 0)
-    except BrokenPipeError:  # the reader went away (``info | head``): nothing more to say, and no one to say it to
-        _silence_stdout()
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit: a reader that went away is then caught below
+        return status
+    except BrokenPipeError as exc:
+        if not _stdout_gone():  # another pipe (a child's, a socket): an error like any other
+            return _fail(str(exc), 1, verbose)
+        _silence_stdout()  # the reader of stdout went away (``info | head``): no one to tell
         return 141
     except CliError as exc:
         return _fail(str(exc), exc.status, verbose)
@@ -364,10 +368,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.showwarning = previous
 
 
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports an error on its write end)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # pragma: no cover - no poll() or no file behind stdout
+        return True
+
+
 def _silence_stdout() -> None:
     """Point stdout at /dev/null, so that the interpreter's final flush does not fail on the closed pipe."""
     try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
     except (OSError, ValueError):  # pragma: no cover - stdout not a real file
         pass
 
