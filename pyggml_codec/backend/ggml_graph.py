@@ -73,7 +73,9 @@ class WeightBuffer:
 
 def _check_scratch(before: int) -> None:
     """MemoryError where a compiled kernel was refused its scratch memory since ``before`` (its output
-    was left unset: returning it would be silent wrong output)."""
+    was left unset: returning it would be silent wrong output). The count is the process's: a compute
+    running at the same time in another thread can raise for a refusal that was not its own (both
+    are then retried; only a machine out of memory refuses)."""
     refused = kernels.scratch_failures() - before
     if refused:
         raise MemoryError(f"a compiled CPU kernel could not allocate its scratch memory ({refused} refusals) "

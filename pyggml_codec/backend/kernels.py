@@ -72,6 +72,7 @@ def _load(module: str, ops: tuple[str, ...]):
 
     symbols = {op: SYMBOLS[op] for op in ops}
     missing = [sym for sym, _ in symbols.values() if not hasattr(klib, sym)]
+    missing += [] if hasattr(klib, "pg_scratch_failures") else ["pg_scratch_failures"]  # read around every compute
     if missing:
         return None, f"compiled kernels are from another version (missing {', '.join(missing)}; reinstall)"
     table = {op: kind(address(sym)) for op, (sym, kind) in symbols.items()}
@@ -108,6 +109,8 @@ def _f16dot_check() -> tuple[int, int, str | None]:
     if not lanes:
         return 0, 0, "the exact kernels were built without AVX2 or AVX-512"
     k, differ = _f16dot_probe(klib, ffi, 0, lanes)
+    if differ < 0:
+        return 0, 0, f"its F16 product could not be checked: no memory for its scratch (K = {k})"
     if differ:
         return 0, 0, (f"its F16 product ({lanes} lanes) does not sum as this ggml build's vec_dot "
                       f"(K = {k}: {differ} outputs differ)")
@@ -117,7 +120,8 @@ def _f16dot_check() -> tuple[int, int, str | None]:
 
 def _f16dot_probe(klib, ffi, mode: int, lanes: int) -> tuple[int, int]:
     """(K, outputs that differ) at the first K where ggmldot.c's products (F16 for ``mode`` 0, else
-    F32 with that leftover mode) differ from ggml's vec_dot, else (0, 0)."""
+    F32 with that leftover mode) differ from ggml's vec_dot, else (0, 0); (K, -1) where a product could
+    not be computed (its scratch refused)."""
     rng = np.random.default_rng(0)
     dtype = np.float32 if mode else np.float16
     # whole steps with and without leftovers, for the F16 product's lanes and for 16 float lanes (the
@@ -129,7 +133,7 @@ def _f16dot_probe(klib, ffi, mode: int, lanes: int) -> tuple[int, int]:
         c = np.empty((n, m), np.float32)
         if klib.pg_f16dot_product(mode, m, n, k, ffi.cast("void *", a.ctypes.data), ffi.cast("void *", b.ctypes.data),
                                   ffi.cast("float *", c.ctypes.data)) < 0:
-            return k, m * n  # no scratch memory: nothing computed, so nothing shown to agree
+            return k, -1  # no scratch memory: nothing computed, so nothing shown to agree
         want = np.array([[binding.vec_dot(a[i], b[j]) for i in range(m)] for j in range(n)], np.float32)
         if not np.array_equal(c.view(np.uint32), want.view(np.uint32)):
             return k, int((c.view(np.uint32) != want.view(np.uint32)).sum())
