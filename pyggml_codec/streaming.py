@@ -65,7 +65,8 @@ class StreamDecoder:
 
     def push(self, codes) -> np.ndarray:
         """Codes ``(n_codebooks, n)``, any n >= 1 -> float32 audio of ``n * samples_per_frame``. A push
-        of more than ``MAX_DECODE_FRAMES`` frames runs as pushes of at most that many, in turn."""
+        of more than ``MAX_DECODE_FRAMES`` frames runs as pushes of at most that many, in turn; if one
+        after the first fails, the stream is reset (the earlier pieces' state is not the caller's)."""
         engine, slot = self._engine, self._slot
         with engine.lock:
             engine.check_open()
@@ -73,7 +74,12 @@ class StreamDecoder:
             pieces, self.last_compute_s = [], 0.0
             for start in range(0, codes.shape[1], MAX_DECODE_FRAMES):
                 piece = codes[:, start:start + MAX_DECODE_FRAMES]
-                audio, pending, compute_s = engine.decode_step(self._states, [slot], piece, self.fused)
+                try:
+                    audio, pending, compute_s = engine.decode_step(self._states, [slot], piece, self.fused)
+                except BaseException:
+                    if pieces:
+                        self.reset()
+                    raise
                 self._states.commit(slot, pending[0], piece.shape[1])
                 self.frames_pushed += piece.shape[1]
                 self.last_compute_s += compute_s

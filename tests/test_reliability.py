@@ -246,8 +246,8 @@ def test_bad_sample_rate_raises_input_error(codec, rate, match):
 
 
 @pytest.mark.parametrize("n, match", [(0, r"in 1\.\.512"), (513, r"in 1\.\.512"), (65536, r"in 1\.\.512"),
-                                      (1.5, "must be an integer"), (True, "must be an integer"),
-                                      ("2", "must be an integer")])
+                                      (1.5, "must be a whole number"), (True, "must be a whole number"),
+                                      ("2", "must be a whole number"), (float("nan"), "must be a whole number")])
 def test_bad_thread_counts_raise_value_error(tiny_model, codec, n, match):
     """65536 threads crashed the process inside ggml's thread pool; 1.5 silently ran on 1."""
     with pytest.raises(ValueError, match=match):
@@ -256,6 +256,9 @@ def test_bad_thread_counts_raise_value_error(tiny_model, codec, n, match):
     with pytest.raises(ValueError, match=match):
         codec.n_threads = n
     assert codec.n_threads == before
+    codec.n_threads = 2.0  # a whole number, as a float
+    assert codec.n_threads == 2 and isinstance(codec.n_threads, int)
+    codec.n_threads = before
 
 
 def test_bad_call_arguments_name_the_argument(tiny_model, codec):
@@ -264,7 +267,9 @@ def test_bad_call_arguments_name_the_argument(tiny_model, codec):
     codes = np.zeros((10, 3), np.int32)
     for kwargs, match in [({"stride": 1.9}, "stride must be a whole number >= 1, got 1.9"),
                           ({"stride": 0}, "stride must be >= 1, got 0"),
-                          ({"history": -1}, "history must be >= 0"), ({"holdback": "x"}, "holdback must be a whole")]:
+                          ({"history": -1}, "history must be >= 0"), ({"holdback": "x"}, "holdback must be a whole"),
+                          ({"stride": float("inf")}, "stride must be a whole number"),
+                          ({"stride": float("nan")}, "stride must be a whole number")]:
         with pytest.raises(ValueError, match=match):
             codec.decode_windowed(codes, **kwargs)
     with pytest.raises(ValueError, match="frames_per_step must be a whole number >= 1, got 'x'"):

@@ -147,11 +147,36 @@ def test_a_push_past_the_one_shot_limit_runs_in_pieces(codec):
     assert np.array_equal(got, want)
 
 
+def test_a_long_push_that_fails_midway_resets_the_stream(codec, monkeypatch):
+    """Its first piece was committed; the stream starts again rather than continue from a state the
+    caller never got the audio of. close() ends a stream as reset() does."""
+    from pyggml_codec.inputs import MAX_DECODE_FRAMES
+
+    codes = random_codes(codec.config.quantizer.codebook_sizes, MAX_DECODE_FRAMES + 3, seed=8)
+    real, calls = codec.engine.decode_step, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise MemoryError("the second piece")
+        return real(*args, **kwargs)
+
+    with codec.stream_decoder() as sd:
+        first = sd.push(codes[:, :4])
+        monkeypatch.setattr(codec.engine, "decode_step", failing)
+        with pytest.raises(MemoryError, match="the second piece"):
+            sd.push(codes)
+        monkeypatch.undo()
+        assert sd.frames_pushed == 0
+        assert np.array_equal(sd.push(codes[:, :4]), first)  # from the start again
+        sd.close()
+        assert sd.frames_pushed == 0
+
+
 def test_stream_decoders_keep_their_codec_open(tiny_model):
     """A codec no one else holds stays open while its decoders live (it was closed by its finalizer)."""
     import gc
 
-    sizes_codes = None
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1) as c:
         sizes_codes = random_codes(c.config.quantizer.codebook_sizes, 6, seed=7)
         want = c.decode(sizes_codes)

@@ -244,10 +244,11 @@ MAX_THREADS = 512  # GGML_MAX_N_THREADS: ggml's thread pool holds masks of this 
 
 
 def check_threads(n) -> int:
-    """``n`` as a thread count: an integer in 1..MAX_THREADS, else ValueError (more threads than ggml's
-    pool holds crashed the process inside ggml; 1.5 would silently have been 1)."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise ValueError(f"n_threads must be an integer, got {n!r}")
+    """``n`` as a thread count: a whole number in 1..MAX_THREADS, else ValueError (more threads than
+    ggml's pool holds crashed the process inside ggml; 1.5 would silently have been 1)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer, float, np.floating)) or (
+            isinstance(n, (float, np.floating)) and not (np.isfinite(n) and n == int(n))):
+        raise ValueError(f"n_threads must be a whole number, got {n!r}")
     if not 1 <= int(n) <= MAX_THREADS:
         raise ValueError(f"n_threads must be in 1..{MAX_THREADS} (ggml's most threads), got {n}")
     return int(n)

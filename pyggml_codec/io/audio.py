@@ -125,10 +125,12 @@ def resample(x: np.ndarray, src: int, dst: int, method: str = "soxr") -> np.ndar
 
 
 def _mono(x, what: str) -> np.ndarray:
-    """Mono audio ``(n,)``, int16 PCM scaled to float32 by 1 / 32768 (as ``encode`` and soundfile read
-    it); ValueError for another rank (a multi-channel array would be written or resampled as one
-    interleaved track)."""
+    """Mono audio ``(n,)`` (or ``(n, 1)``, ``(1, n)``), int16 PCM scaled to float32 by 1 / 32768 (as
+    ``encode`` and soundfile read it); ValueError for more channels (a multi-channel array would be
+    written or resampled as one interleaved track)."""
     x = np.asarray(x)
+    if x.ndim == 2 and 1 in x.shape:
+        x = x.reshape(-1)
     if x.ndim != 1:
         raise ValueError(f"{what} expects mono audio of shape (n,), got {x.shape}; downmix first")
     if x.dtype == np.int16:

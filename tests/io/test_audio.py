@@ -138,7 +138,10 @@ def test_write_and_resample_take_mono_finite_audio(tmp_path):
         y[3] = bad
         with pytest.raises(ValueError, match="1 NaN or Inf samples"):
             write_audio(tmp_path / "n.wav", y, 8000, subtype="PCM_16")
-    assert not (tmp_path / "s.wav").exists() and not (tmp_path / "n.wav").exists()
+    assert not (tmp_path / "s.wav").exists() and not (tmp_path / "n.wav").exists()  # nothing written
+    for column in (x[:, None], x[None, :]):  # one channel with its axis: written as (n,)
+        write_audio(tmp_path / "c.wav", column, 8000)
+        np.testing.assert_array_equal(sf.read(tmp_path / "c.wav", dtype="float32")[0], x)
     pcm = (x * 16384).astype(np.int16)  # int16 PCM reads as samples / 32768, as encode reads it
     write_audio(tmp_path / "i.wav", pcm, 8000)
     np.testing.assert_array_equal(sf.read(tmp_path / "i.wav", dtype="float32")[0], pcm / np.float32(32768))

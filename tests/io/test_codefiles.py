@@ -222,6 +222,9 @@ def test_npz_class_fields_become_meta():
         with pytest.raises(CodeFileError, match=f"sample_rate must be a whole number, got {bad!r}"):
             to_bytes(CodeFile(np.zeros((2, 2), np.int32), bad), "npz")
     assert NpzFile(np.zeros((1, 3), np.int32), sample_rate=44100.0).sample_rate == 44100
+    for bad in (44100.7, "abc"):  # the s2voice writer truncated or failed inside int() too
+        with pytest.raises(CodeFileError, match="sample_rate must be a whole number"):
+            to_bytes(CodeFile(np.zeros((2, 2), np.int32), bad, meta={"codebook_size": 4}), "s2voice")
 
 
 @pytest.mark.parametrize("text, reason", [

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -80,8 +81,9 @@ def encode_transcript(text: str, what: str = "a transcript") -> bytes:
 def whole_number(name: str, value: Any) -> int:
     """``value`` as an int where it is one (an integer type, or a float with no fraction); CodeFileError
     naming ``name`` otherwise (44100.7 Hz was stored as 44100, "abc" failed inside int())."""
-    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating))
-            or not np.isfinite(value) or value != int(value)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating)):
+        raise CodeFileError(f"{name} must be a whole number, got {value!r}")
+    if isinstance(value, (float, np.floating)) and not (math.isfinite(value) and value == int(value)):
         raise CodeFileError(f"{name} must be a whole number, got {value!r}")
     return int(value)
 

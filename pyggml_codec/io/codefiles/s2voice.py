@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .base import INT32, CodeFile, CodeFileFormat, as_codes, check_int32, encode_transcript
+from .base import INT32, CodeFile, CodeFileFormat, as_codes, check_int32, encode_transcript, whole_number
 from ...errors import CodeFileError
 
 
@@ -99,17 +99,18 @@ class S2VoiceFile(CodeFileFormat):
         ``meta['codebook_sizes']`` (the engine checks it against its model's codebook size)."""
         if cf.transcript is not None:
             encode_transcript(cf.transcript, "an s2voice transcript")
-        if not cf.sample_rate or not 0 < int(cf.sample_rate) <= INT32.max:
+        rate = whole_number("sample_rate", cf.sample_rate) if cf.sample_rate is not None else 0
+        if not 0 < rate <= INT32.max:
             raise CodeFileError(f"an s2voice file needs a positive int32 sample_rate, got {cf.sample_rate!r}")
         if cf.meta.get("codebook_size") is not None:
-            cb_size = int(cf.meta["codebook_size"])
+            cb_size = whole_number("codebook_size", cf.meta["codebook_size"])
         elif cf.meta.get("codebook_sizes"):
-            cb_size = int(max(cf.meta["codebook_sizes"]))
+            cb_size = whole_number("codebook_sizes", max(cf.meta["codebook_sizes"]))
         else:
             raise CodeFileError("an s2voice file needs a codebook_size (meta['codebook_size'] or meta['codebook_sizes'])")
         if not 0 < cb_size <= INT32.max or cf.n_frames > INT32.max:
             raise CodeFileError(f"s2voice fields out of int32 range (codebook_size {cb_size}, T {cf.n_frames})")
-        return cls(cf.codes, int(cf.sample_rate), cb_size, cf.transcript or "")
+        return cls(cf.codes, rate, cb_size, cf.transcript or "")
 
     def to_code_file(self) -> CodeFile:
         return CodeFile(self.codes, sample_rate=self.sample_rate, transcript=self.transcript,
