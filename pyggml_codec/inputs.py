@@ -7,13 +7,13 @@ reaches a ggml assertion (which would abort the interpreter).
 
 from __future__ import annotations
 
-import math
 import operator
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .checks import whole_number
 from .errors import InputError
 from .model.config import CodecConfig
 
@@ -46,12 +46,12 @@ def _as_array(value, what: str) -> np.ndarray:
 def check_count(value, name: str, minimum: int) -> int:
     """``value`` as an int >= ``minimum`` (an integer type, or a float with no fraction), else ValueError
     naming ``name``: 1.9 frames would otherwise run as 1, and "x" fail inside int()."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer, float, np.floating)) or (
-            isinstance(value, (float, np.floating)) and not (math.isfinite(value) and value == int(value))):
+    count = whole_number(value)
+    if count is None:
         raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
-    if int(value) < minimum:
+    if count < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-    return int(value)
+    return count
 
 
 def check_invalid_policy(on_invalid: str) -> str:

@@ -29,7 +29,7 @@ LAYERS = [
     {"model"},
     {"plan"},
     {"backend"},
-    {"_version", "errors", "progress"},
+    {"_version", "checks", "errors", "progress"},
 ]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 

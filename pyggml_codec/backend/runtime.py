@@ -18,6 +18,7 @@ import numpy as np
 from . import binding, kernels
 from .binding import lib
 from .quirks import VK_DISABLE_F16, Quirks, quirks_of
+from ..checks import whole_number
 from ..errors import BackendError
 
 log = logging.getLogger("pyggml_codec")
@@ -246,12 +247,12 @@ MAX_THREADS = 512  # GGML_MAX_N_THREADS: ggml's thread pool holds masks of this 
 def check_threads(n) -> int:
     """``n`` as a thread count: a whole number in 1..MAX_THREADS, else ValueError (more threads than
     ggml's pool holds crashed the process inside ggml; 1.5 would silently have been 1)."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer, float, np.floating)) or (
-            isinstance(n, (float, np.floating)) and not (np.isfinite(n) and n == int(n))):
+    count = whole_number(n)
+    if count is None:
         raise ValueError(f"n_threads must be a whole number, got {n!r}")
-    if not 1 <= int(n) <= MAX_THREADS:
+    if not 1 <= count <= MAX_THREADS:
         raise ValueError(f"n_threads must be in 1..{MAX_THREADS} (ggml's most threads), got {n}")
-    return int(n)
+    return count
 
 
 def default_threads() -> int:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from ..fileio import write_bytes_atomic
+from ...checks import whole_number
 from ...errors import CodeFileError
 
 MAX_FILE_BYTES = 1 << 30  # no code file is near this: 1 hour of S2 codes is 3 MB
@@ -78,14 +78,13 @@ def encode_transcript(text: str, what: str = "a transcript") -> bytes:
                             f"character {exc.start})") from None
 
 
-def whole_number(name: str, value: Any) -> int:
+def check_whole_number(name: str, value: Any) -> int:
     """``value`` as an int where it is one (an integer type, or a float with no fraction); CodeFileError
     naming ``name`` otherwise (44100.7 Hz was stored as 44100, "abc" failed inside int())."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating)):
+    count = whole_number(value)
+    if count is None:
         raise CodeFileError(f"{name} must be a whole number, got {value!r}")
-    if isinstance(value, (float, np.floating)) and not (math.isfinite(value) and value == int(value)):
-        raise CodeFileError(f"{name} must be a whole number, got {value!r}")
-    return int(value)
+    return count
 
 
 def check_int32(name: str, value: Any, low: int) -> int:

@@ -11,7 +11,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .base import MAX_FILE_BYTES, CodeFile, CodeFileFormat, as_codes, encode_transcript, whole_number
+from .base import (MAX_FILE_BYTES, CodeFile, CodeFileFormat, as_codes, check_whole_number,
+                   encode_transcript)
 from .npy import codes_from_array, npy_bytes, parse_npy
 from ...errors import CodeFileError
 
@@ -61,7 +62,7 @@ class NpzFile(CodeFileFormat):
         self.codes = as_codes(self.codes)
         for name in ("sample_rate", "n_samples", "samples_per_frame"):
             if getattr(self, name) is not None:
-                setattr(self, name, whole_number(name, getattr(self, name)))
+                setattr(self, name, check_whole_number(name, getattr(self, name)))
         for name in ("pad_to", "model_sha256", "library_version"):
             if getattr(self, name) is not None:
                 setattr(self, name, str(getattr(self, name)))

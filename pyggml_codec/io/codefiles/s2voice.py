@@ -8,7 +8,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from .base import INT32, CodeFile, CodeFileFormat, as_codes, check_int32, encode_transcript, whole_number
+from .base import (INT32, CodeFile, CodeFileFormat, as_codes, check_int32, check_whole_number,
+                   encode_transcript)
 from ...errors import CodeFileError
 
 
@@ -99,13 +100,13 @@ class S2VoiceFile(CodeFileFormat):
         ``meta['codebook_sizes']`` (the engine checks it against its model's codebook size)."""
         if cf.transcript is not None:
             encode_transcript(cf.transcript, "an s2voice transcript")
-        rate = whole_number("sample_rate", cf.sample_rate) if cf.sample_rate is not None else 0
+        rate = check_whole_number("sample_rate", cf.sample_rate) if cf.sample_rate is not None else 0
         if not 0 < rate <= INT32.max:
             raise CodeFileError(f"an s2voice file needs a positive int32 sample_rate, got {cf.sample_rate!r}")
         if cf.meta.get("codebook_size") is not None:
-            cb_size = whole_number("codebook_size", cf.meta["codebook_size"])
+            cb_size = check_whole_number("codebook_size", cf.meta["codebook_size"])
         elif cf.meta.get("codebook_sizes"):
-            cb_size = whole_number("codebook_sizes", max(cf.meta["codebook_sizes"]))
+            cb_size = check_whole_number("codebook_sizes", max(cf.meta["codebook_sizes"]))
         else:
             raise CodeFileError("an s2voice file needs a codebook_size (meta['codebook_size'] or meta['codebook_sizes'])")
         if not 0 < cb_size <= INT32.max or cf.n_frames > INT32.max:
