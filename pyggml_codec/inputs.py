@@ -213,11 +213,12 @@ def check_audio(audio, cfg: CodecConfig, sample_rate: int | None, mix: str | Non
         arr = arr.astype(np.float32) / np.float32(32768.0)
     if arr.ndim == 2:
         arr = arr[0] if arr.shape[0] == 1 else arr.mean(axis=0)
-    if not np.all(np.isfinite(arr)):
-        raise InputError(f"audio contains {int(np.count_nonzero(~np.isfinite(arr)))} NaN or Inf samples")
     with np.errstate(over="ignore"):
         out = np.ascontiguousarray(arr, dtype=np.float32)
-    if not np.all(np.isfinite(out)):  # finite float64 values past float32's range
+    if not np.all(np.isfinite(out)):  # one pass over the samples; which kind of sample, only to say so
+        given = int(np.count_nonzero(~np.isfinite(arr)))
+        if given:
+            raise InputError(f"audio contains {given} NaN or Inf samples")
         raise InputError(f"audio has {int(np.count_nonzero(~np.isfinite(out)))} samples beyond float32's range "
                          f"(|x| > 3.4e38); samples are expected in about [-1, 1]")
     return out
