@@ -72,7 +72,8 @@ def _load(module: str, ops: tuple[str, ...]):
 
     symbols = {op: SYMBOLS[op] for op in ops}
     missing = [sym for sym, _ in symbols.values() if not hasattr(klib, sym)]
-    missing += [] if hasattr(klib, "pg_scratch_failures") else ["pg_scratch_failures"]  # read around every compute
+    if not hasattr(klib, "pg_scratch_failures"):  # read around every compute
+        missing.append("pg_scratch_failures")
     if missing:
         return None, f"compiled kernels are from another version (missing {', '.join(missing)}; reinstall)"
     table = {op: kind(address(sym)) for op, (sym, kind) in symbols.items()}
