@@ -39,8 +39,8 @@ def test_one_channel_channels_last(exact, require):
     want = {"bias_snake": _snake(x + np.float32(0.25), np.float32(0.7)), "add_bias_residual": (x + np.float32(0.25)) + x}
     for name, w in want.items():
         err = float(np.abs(got[name].reshape(w.shape) - w).max())
-        print(f"{name}, one channel of {n} samples, exact={exact}: max abs {err:.2e} (bound 1e-5)")
-        assert err < 1e-5
+        print(f"{name}, one channel of {n} samples, exact={exact}: max abs {err:.2e} (bound 5e-6)")
+        assert err < 5e-6  # measured 4.8e-7 (bias_snake) and 0
 
 
 @pytest.mark.parametrize("exact", [False, True])
@@ -59,5 +59,5 @@ def test_per_row_values_repeat_over_batches(exact, require):
     got = run_cpu_graph(build)["bias_snake"].reshape(x.shape)
     want = _snake(x + bias, alpha)
     err = float(np.abs(got - want).max())
-    print(f"bias_snake over 3 batches, exact={exact}: max abs {err:.2e} (bound 1e-5)")
-    assert err < 1e-5
+    print(f"bias_snake over 3 batches, exact={exact}: max abs {err:.2e} (bound 3e-6)")
+    assert err < 3e-6  # measured 2.4e-7
