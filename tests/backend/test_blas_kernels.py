@@ -359,6 +359,53 @@ def test_conv_wino_short_blocks_give_the_long_blocks_bits(m, d, threads, monkeyp
     assert np.array_equal(_run(build, threads)["y"], long_blocks)
 
 
+@pytest.mark.parametrize("d,threads", [(1, 2), (3, 1), (9, 3)])
+def test_conv_wino_register_tiles_give_the_row_products_bits(d, threads, monkeypatch, require):
+    """A long conv by row products in blocks of tile rows, 128 output channels: with 16-float
+    vectors each block's products run in register tiles over the transformed input as it lies
+    (pg_rowdot_kx), which give the row loops' bits; against the tiles switched off, and against
+    blocks of one tile row (too few columns for the tiles: the row loops). Metric: values whose
+    bits differ, bound 0; and max abs error over max abs value against float64 numpy, bound
+    WINO_REL_MAX (measured 2.4-2.8e-6 here, at 48 input channels)."""
+    require("rowdot", kernels.ROWDOT, "row products not built here")
+    lib = kernels.OPS["module"].lib
+    monkeypatch.setattr(winograd_conv, "wino_rowdot_tiles", lambda cin: 1 << 30)
+    monkeypatch.setattr(winograd_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 1024)  # blocks of tile rows
+    wino = winograd_tables.VARIANTS[4]
+    cin, cout, length = 48, 128, 3000
+    rng = np.random.default_rng(d + 10)
+    w = rng.standard_normal((cout, cin, 7)).astype(np.float32)
+    x = rng.standard_normal((cin, length)).astype(np.float32)
+    prev = rng.standard_normal((cin, 6 * d)).astype(np.float32)
+    u = wino.weights(np.ascontiguousarray(w.transpose(2, 0, 1)))
+    blocks = []
+
+    def build(g):
+        y = winograd_conv.conv_wino(g.ctx, g.input("u", u), g.input("x", x), d, g.keep, g.input("p", prev), wino)
+        blocks.append(int(g.keep[-1][4]) * d)  # the tiles of a block: its tile rows, d tiles each
+        return {"y": y}
+
+    tiled = _run(build, threads)["y"]
+    if kernels.OPS["rowdot"] >= 16:
+        assert lib.pg_rowdot_kx_fits(cout, blocks[-1], cin), f"blocks of {blocks[-1]} tiles: not the tiles' shape"
+    lib.pg_rowdot_tiles_use(0)
+    try:
+        rows = _run(build, threads)["y"]
+    finally:
+        lib.pg_rowdot_tiles_use(1)
+    monkeypatch.setattr(winograd_conv, "WINO_MIN_TILES", 1)
+    monkeypatch.setattr(winograd_conv, "WINO_CHUNK_BYTES", 1)  # one tile row per block
+    short = _run(build, threads)["y"]
+    assert not lib.pg_rowdot_kx_fits(cout, blocks[-1], cin)
+    differ = int(np.count_nonzero(tiled.view(np.uint32) != rows.view(np.uint32)))
+    differ_short = int(np.count_nonzero(tiled.view(np.uint32) != short.view(np.uint32)))
+    rel = _rel(tiled, _conv_ref(x, w, d, prev))
+    print(f"d={d}, {threads} threads, blocks of {blocks[0]} tiles: {differ} values differ from the row loops', "
+          f"{differ_short} from blocks of one tile row (bound 0); rel max err vs numpy {rel:.2e}")
+    assert rel <= WINO_REL_MAX[4]
+    assert differ == 0 and differ_short == 0
+
+
 def test_conv_wino_refuses_other_weights():
     ctx = new_context(16 * ops.lib.ggml_tensor_overhead())
     try:

@@ -230,3 +230,138 @@ def test_short_rows_summed_across_rows_give_the_bits_of_the_row_sums():
             assert _rel(rows, want) < REL_MAX * max(1.0, k / 64)
     print(f"{cases} shapes: {differ} values whose bits differ between the two loops")
     assert differ == 0
+
+
+def _tiles_built() -> None:
+    """The register tiles are built with 16-float vectors only: a build with 8 (AVX2) has no such
+    loop to test (its products are the row loops, tested above)."""
+    if kernels.OPS["rowdot"] < 16:
+        pytest.skip("the register tiles are built with 16-float vectors (AVX-512) only")
+
+
+def _raw_rowdot(a, kind, b, transposed):
+    """pg_rowdot of a [m, k] (held as ``kind``: 0 F32, 1 F16, 2 Q8_0 blocks) and F32 b [n, k]: C as
+    [n, m] (csi 1) or [m, n] (transposed, csj 1), and pg_rowdot's return value."""
+    lib, ffi = kernels.OPS["module"].lib, kernels.OPS["module"].ffi
+    m, n, k = a.shape[0], b.shape[0], b.shape[1]
+    c = np.full((m, n) if transposed else (n, m), np.nan, np.float32)
+    csi, csj = (n, 1) if transposed else (1, m)
+    lda = k + 3 if kind == 0 else k  # F32 rows a little apart
+    if kind == 0:
+        held = np.zeros((m, lda), np.float32)
+        held[:, :k] = a
+    else:
+        held = a
+    r = lib.pg_rowdot(m, n, k, ffi.cast("void *", held.ctypes.data), lda, kind, ffi.cast("float *", b.ctypes.data),
+                      b.strides[0] // 4, 0.0, ffi.cast("float *", c.ctypes.data), csi, csj, 64)
+    return c, r
+
+
+def _q8_0(a):
+    """a [m, k] (k a multiple of 32) as ggml's Q8_0 blocks, and the F32 values they hold."""
+    m, k = a.shape
+    blocks = a.reshape(m, k // 32, 32)
+    d = (np.abs(blocks).max(-1) / 127).astype(np.float16)
+    d[d == 0] = 1
+    q = np.clip(np.round(blocks / d.astype(np.float32)[..., None]), -127, 127).astype(np.int8)
+    held = np.zeros((m, k // 32, 34), np.uint8)
+    held[..., :2] = d.view(np.uint8).reshape(m, k // 32, 2)
+    held[..., 2:] = q.view(np.uint8)
+    return held, (q.astype(np.float32) * d.astype(np.float32)[..., None]).reshape(m, k)
+
+
+def test_register_tiles_give_the_bits_of_the_row_products():
+    """Long products (16-float vectors, at least 128 rows and 32 columns, at most 2048 values per
+    row) run in register tiles that give each output the row products' float operations: the
+    same lane classes, the same tree. Against the row loops (the tiles switched off), bit for bit,
+    signed zeros included, F32, F16 and Q8_0 rows, C stored along either index, K with and without
+    a tail, rows and columns off the tiles' 32 x 12; and against float64 numpy. pg_rowdot says
+    which loop ran (2: the tiles), so a shape the tiles stopped taking fails here. Metric: values
+    whose bits differ, bound 0; relative error, bound 1e-6."""
+    _tiles_built()
+    lib = kernels.OPS["module"].lib
+    rng = np.random.default_rng(43)
+    differ = cases = 0
+    worst = 0.0
+    try:
+        for k, m, n in ((7, 128, 32), (64, 130, 45), (100, 161, 33), (192, 200, 100), (383, 129, 40),
+                        (1024, 256, 37), (2048, 140, 32)):
+            for kind in (0, 1, 2):
+                if kind == 2 and k % 32:
+                    continue
+                a = rng.standard_normal((m, k)).astype(np.float32)
+                a[rng.random(a.shape) < 0.1] = -0.0
+                a[1], a[2] = 0.0, -0.0
+                b = rng.standard_normal((n, k)).astype(np.float32)
+                b[rng.random(b.shape) < 0.1] = -0.0
+                b[3] = -0.0
+                if kind == 1:
+                    held = a.astype(np.float16)
+                    values = held.astype(np.float32)
+                elif kind == 2:
+                    held, values = _q8_0(a)
+                else:
+                    held = values = a
+                want = b.astype(np.float64) @ values.astype(np.float64).T  # [n, m]
+                for transposed in (False, True):
+                    lib.pg_rowdot_tiles_use(0)
+                    rows, r_rows = _raw_rowdot(held, kind, b, transposed)
+                    lib.pg_rowdot_tiles_use(1)
+                    tiles, r_tiles = _raw_rowdot(held, kind, b, transposed)
+                    # short F32 rows into contiguous output rows: the vertical loop first (returns 1)
+                    tiled = 1 if kind == 0 and k <= 128 and not transposed else 2
+                    assert (r_rows, r_tiles) == (1, tiled), f"k {k} m {m} n {n} kind {kind}: loops {r_rows}, {r_tiles}"
+                    differ += int(np.count_nonzero(rows.view(np.uint32) != tiles.view(np.uint32)))
+                    cases += 1
+                    got = tiles.T if transposed else tiles
+                    worst = max(worst, _rel(got, want))
+    finally:
+        lib.pg_rowdot_tiles_use(1)
+    print(f"{cases} products: {differ} values whose bits differ between the tiles and the row loops; "
+          f"worst relative error {worst:.2e} (bound {REL_MAX:.0e})")
+    assert differ == 0
+    assert worst <= REL_MAX
+
+
+def test_register_tiles_decline_short_and_long_products():
+    """Below 128 rows or 32 columns, or past 2048 values per row, the row loops run (pg_rowdot 1),
+    where the tiles' packing costs more than it saves (see rowdot.c)."""
+    _tiles_built()
+    rng = np.random.default_rng(44)
+    for k, m, n in ((64, 127, 64), (64, 128, 31), (2049, 128, 32), (2080, 200, 40)):
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((n, k)).astype(np.float32)
+        got, r = _raw_rowdot(a, 0, b, False)
+        assert r == 1, f"k {k} m {m} n {n}: pg_rowdot returned {r}"
+        assert _rel(got, b.astype(np.float64) @ a.astype(np.float64).T) <= REL_MAX * max(1.0, k / 1024)
+
+
+def test_register_tiles_read_k_major_columns_as_the_row_products_read_rows():
+    """pg_rowdot_kx (the Winograd products over their transformed inputs as they lie, B k-major)
+    gives the row loops' bits over the same B stored by rows, and writes nothing past its
+    columns. Metric: values whose bits differ, bound 0."""
+    _tiles_built()
+    lib, ffi = kernels.OPS["module"].lib, kernels.OPS["module"].ffi
+    rng = np.random.default_rng(45)
+    differ = 0
+    for m, n, k in ((128, 32, 384), (384, 162, 384), (200, 45, 100), (768, 40, 768)):
+        assert lib.pg_rowdot_kx_fits(m, n, k)
+        ldv = (n + 15) // 16 * 16 + 16
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        v = np.zeros((k, ldv), np.float32)
+        v[:, :n] = rng.standard_normal((k, n))
+        v[5, :] = -0.0
+        lib.pg_rowdot_tiles_use(0)
+        try:
+            want, r = _raw_rowdot(a, 0, np.ascontiguousarray(v[:, :n].T), True)  # the row loops
+        finally:
+            lib.pg_rowdot_tiles_use(1)
+        assert r == 1
+        got = np.full((m, ldv), np.nan, np.float32)
+        assert lib.pg_rowdot_kx(m, n, k, ffi.cast("float *", a.ctypes.data), k, ffi.cast("float *", v.ctypes.data),
+                                ldv, ffi.cast("float *", got.ctypes.data), ldv)
+        differ += int(np.count_nonzero(got[:, :n].view(np.uint32) != want.view(np.uint32)))
+        assert np.isnan(got[:, n:]).all(), "wrote past its columns"
+    assert not lib.pg_rowdot_kx_fits(127, 64, 64) and not lib.pg_rowdot_kx_fits(128, 31, 64)
+    print(f"k-major columns: {differ} values whose bits differ from the row products' (bound 0)")
+    assert differ == 0

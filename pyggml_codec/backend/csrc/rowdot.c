@@ -83,6 +83,9 @@ static inline float vsum(pg_vf v) { return pg_hsum8(v); }
 #define PG_RD_BLOCK_COLS 64
 #define PG_RD_PF_SPREAD 8
 
+static int pg_rd_tiles_on = 1;  /* rd_tiles for long products (pg_rowdot_tiles_use) */
+void pg_rowdot_tiles_use(int on) { pg_rd_tiles_on = on; }
+
 #if PG_RD_VECTOR
 int pg_rowdot_lanes(void) { return PG_RD_V; }
 #else
@@ -363,9 +366,243 @@ static inline __attribute__((always_inline)) void rd_vertical_cols(const int nc,
     }
     for (int j = 0; j < nc; j++) y[j] = _mm512_add_ps(eight[0][j], eight[1][j]);
 }
+/* Long products in register tiles ("tiles"): 32 lanes of X (2 vectors, an output in each lane)
+ * against PG_RD_T_NR values of Y broadcast, 2 PG_RD_T_NR accumulators. Each output gets rd_block's
+ * float operations, so the bits of the row products: the 16 lane classes in turn, each from 0 by
+ * fused multiply-adds over k = l, l + 16, ... (+ 0 where the zero-padded tail has no value), then
+ * vsum's tree, ((c0 + c8) + (c4 + c12)) + ((c2 + c10) + (c6 + c14)) + ..., its partial sums
+ * taken as the classes arrive (`order`) and kept in a stack. No add across lanes, so nothing of
+ * the row products' horizontal sums, and each operand packed once per block: X per tile of 32,
+ * xp[l][t][32] = X[x][l + 16 t], Y per panel, yp[l][t][PG_RD_T_NR] = Y[y][l + 16 t] (F32, F16 and
+ * Q8_0 values converted exactly, zero-padded). One thread, F16 A, against the row products and
+ * numpy's sgemm on F32 A (GFLOP/s): 384 x 31744 x 192 79 -> 112-127 (sgemm 144-160), 1536 x 7936
+ * x 384 115 -> 138-162 (157-194), 6144 x 992 x 768 114 -> 142-183 (160-187). */
+#define PG_RD_T_NR 12
+#if defined(__clang__)
+#define PG_RD_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define PG_RD_UNROLL _Pragma("GCC unroll 32")  /* whole, so that the accumulators stay in registers */
+#else
+#define PG_RD_UNROLL
+#endif
+/* The shapes the tiles take. Each operand is packed before its products (X per block, Y once per
+   block of X, at about 8 fused multiply-adds' time per value), and the packing reads the weights
+   from memory without overlapping the products, where the row products fetch the next rows while
+   they compute. Measured per op in a 1.4 s encode and decode (2 threads, alternating with the row
+   products): products of 64 output rows over 248 columns and 768 values 1.2x the row products'
+   time, so at least PG_RD_T_MIN_M rows; 31 columns of 1536 F16 rows over 1024 values 1.4x (1 thread
+   from cache: 0.84x), so at least PG_RD_T_MIN_N columns; 512 columns over 4096 values (the
+   encoder's im2col product: one tile per block, Y packed again for each) 1.8x, so at most
+   PG_RD_T_MAX_K values. */
+#define PG_RD_T_MIN_N 32
+#define PG_RD_T_MIN_M 128
+#define PG_RD_T_MAX_K 2048
+#define PG_RD_T_Y_ONCE_BYTES (4 << 20)  /* Y packed once where it is this small and X takes several blocks */
+
+/* tile x panel: out[j * ldo + lane] for j < nc, the lanes kept by m0 and m1 */
+static inline __attribute__((always_inline)) void rd_tile(const int nc, const float * xp, const float * yp,
+        int64_t nt, int64_t k, float * out, int64_t ldo, __mmask16 m0, __mmask16 m1) {
+#ifdef __clang__
+#pragma clang fp reassociate(off)
+#endif
+    static const int order[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+    const __m512 z = _mm512_set1_ps(pg_rd_zero);
+    float st[4 * 2 * PG_RD_T_NR * 16] __attribute__((aligned(64)));  /* the tree's partial sums, by level */
+    for (int idx = 0; idx < 16; idx++) {
+        const int l = order[idx];
+        __m512 acc[2 * PG_RD_T_NR];
+        PG_RD_UNROLL
+        for (int j = 0; j < 2 * nc; j++) acc[j] = z;
+        const float * xq = xp + (int64_t)l * nt * 32;
+        const float * yq = yp + (int64_t)l * nt * PG_RD_T_NR;
+        const int64_t tn = l + 16 * (nt - 1) < k ? nt : nt - 1;  /* the steps with a value */
+        for (int64_t t = 0; t < tn; t++) {
+            const __m512 x0 = _mm512_loadu_ps(xq + t * 32), x1 = _mm512_loadu_ps(xq + t * 32 + 16);
+            PG_RD_UNROLL
+            for (int j = 0; j < nc; j++) {
+                const __m512 b = _mm512_set1_ps(yq[t * PG_RD_T_NR + j]);
+                acc[2 * j] = _mm512_fmadd_ps(x0, b, acc[2 * j]);
+                acc[2 * j + 1] = _mm512_fmadd_ps(x1, b, acc[2 * j + 1]);
+            }
+        }
+        if (tn < nt)  /* the zero-padded tail: fma(0, 0, acc) */
+            PG_RD_UNROLL
+            for (int j = 0; j < 2 * nc; j++) acc[j] = _mm512_add_ps(acc[j], z);
+        int lvl = 0;
+        for (; idx >> lvl & 1; lvl++) {
+            const float * sp = st + lvl * 2 * PG_RD_T_NR * 16;
+            PG_RD_UNROLL
+            for (int j = 0; j < 2 * nc; j++) acc[j] = _mm512_add_ps(_mm512_load_ps(sp + 16 * j), acc[j]);
+        }
+        if (idx < 15) {
+            float * sp = st + lvl * 2 * PG_RD_T_NR * 16;
+            PG_RD_UNROLL
+            for (int j = 0; j < 2 * nc; j++) _mm512_store_ps(sp + 16 * j, acc[j]);
+        } else
+            PG_RD_UNROLL
+            for (int j = 0; j < nc; j++) {
+                _mm512_mask_storeu_ps(out + j * ldo, m0, acc[2 * j]);
+                _mm512_mask_storeu_ps(out + j * ldo + 16, m1, acc[2 * j + 1]);
+            }
+    }
+}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
 #endif
+
+static void rd_tile_dispatch(int nc, const float * xp, const float * yp, int64_t nt, int64_t k, float * out,
+                             int64_t ldo, __mmask16 m0, __mmask16 m1) {
+    switch (nc) {
+#define PG_RD_T_CASE(N) case N: rd_tile(N, xp, yp, nt, k, out, ldo, m0, m1); return;
+    PG_RD_T_CASE(12) PG_RD_T_CASE(11) PG_RD_T_CASE(10) PG_RD_T_CASE(9) PG_RD_T_CASE(8) PG_RD_T_CASE(7)
+    PG_RD_T_CASE(6) PG_RD_T_CASE(5) PG_RD_T_CASE(4) PG_RD_T_CASE(3) PG_RD_T_CASE(2) PG_RD_T_CASE(1)
+#undef PG_RD_T_CASE
+    default: return;
+    }
+}
+
+/* v[0..16) transposed in place: lane r of v[l] becomes lane l of v[r] */
+static inline __attribute__((always_inline)) void rd_transpose16(__m512 * v) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        v[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        v[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        v[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        v[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(v[i], v[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(v[i], v[i + 4], 0xDD);
+        t[i + 8] = _mm512_shuffle_f32x4(v[i + 8], v[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(v[i + 8], v[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        v[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+        v[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+        v[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xDD);
+    }
+}
+
+static inline __mmask16 rd_mask(int64_t n) { return (__mmask16)(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1u); }
+
+/* An operand of rd_tiles: rows of `kind` values, `row` bytes apart (kstep 0), or F32 given k-major,
+ * value k of row r at p[k kstep + r]. */
+struct rd_opnd { const char * p; int kind; int64_t row, kstep; };
+
+/* values 16 t .. 16 t + 16 of row r of o (k values, past k: 0), as F32 (exact) */
+static inline __attribute__((always_inline)) __m512 rd_load16(const struct rd_opnd * o, int64_t r, int64_t t, int64_t k) {
+    const char * row = o->p + r * o->row;
+    const int64_t q = 16 * t;
+    if (q + 16 <= k) {
+        if (o->kind == PG_RD_Q8_0) {
+            const int8_t * qs;
+            const float d = pg_q8_0_scale(row, q, &qs);
+            return VMUL(VLOADQ(qs + q % 32), VSET1(d));
+        }
+        return o->kind == PG_RD_F16 ? VLOADH((const uint16_t *)row + q) : VLOAD((const float *)row + q);
+    }
+    float v[16];
+    for (int e = 0; e < 16; e++) v[e] = q + e < k ? pg_rd_value(row, o->kind, q + e) : 0.0f;
+    return VLOAD(v);
+}
+
+/* rows r0 .. r0 + nr (nr <= w, w 32 or PG_RD_T_NR) of o, k values, as out[l][t][w] = o[r0 + i][l + 16 t]
+ * (zero-padded to w and to nt vectors of k) */
+static void rd_tile_pack(const struct rd_opnd * o, int64_t r0, int64_t nr, int64_t k, int64_t nt, int w, float * out) {
+    if (o->kstep) {  /* k-major: each vector of the packed form is a piece of one row of the given */
+        const float * x = (const float *)o->p + r0;
+        for (int h = 0; h < w; h += 16) {
+            const __mmask16 m = rd_mask(nr - h), keep = rd_mask(w - h);
+            for (int64_t q = 0; q < nt * 16; q++) {
+                const __m512 v = q < k ? _mm512_maskz_loadu_ps(m, x + q * o->kstep + h) : _mm512_setzero_ps();
+                _mm512_mask_storeu_ps(out + ((q & 15) * nt + (q >> 4)) * w + h, keep, v);
+            }
+        }
+        return;
+    }
+    for (int h = 0; h < w; h += 16) {  /* rows: 16 x 16 blocks transposed */
+        const __mmask16 keep = rd_mask(w - h);
+        for (int64_t t = 0; t < nt; t++) {
+            __m512 v[16];
+            for (int i = 0; i < 16; i++) v[i] = h + i < nr ? rd_load16(o, r0 + h + i, t, k) : _mm512_setzero_ps();
+            rd_transpose16(v);
+            for (int l = 0; l < 16; l++) _mm512_mask_storeu_ps(out + ((int64_t)l * nt + t) * w + h, keep, v[l]);
+        }
+    }
+}
+
+/* out[y][x] = tile[y][x] for y < nc, x < nr (tile: PG_RD_T_NR rows of 32), out rows ldc apart, as
+ * c[x ldc + y]: transposed by 16 x 16 blocks */
+static void rd_tile_store_t(const float * tile, int nc, int64_t nr, float * c, int64_t ldc) {
+    const __mmask16 keep = rd_mask(nc);
+    for (int h = 0; h < 32 && h < nr; h += 16) {
+        __m512 v[16];
+        for (int j = 0; j < 16; j++) v[j] = j < nc ? _mm512_loadu_ps(tile + j * 32 + h) : _mm512_setzero_ps();
+        rd_transpose16(v);
+        for (int i = 0; i < 16 && h + i < nr; i++) _mm512_mask_storeu_ps(c + (h + i) * ldc, keep, v[i]);
+    }
+}
+
+/* C[x + y ldc] (trans 0) or C[x ldc + y] (trans 1) = sum_k X[x][k] Y[y][k] for x < nx, y < ny, with
+ * the row products' sums. X in blocks of tiles within PG_RD_L2_BYTES, each crossed by every panel of
+ * Y in turn. Returns 0 where scratch is refused (counted). */
+static int rd_tiles(int64_t nx, int64_t ny, int64_t k, const struct rd_opnd * x, const struct rd_opnd * y,
+                    float * c, int64_t ldc, int trans) {
+    const int64_t nt = (k + 15) / 16, tile = nt * 16 * 32, ypanel = nt * 16 * PG_RD_T_NR;
+    const int64_t ntiles = (nx + 31) / 32, npanels = (ny + PG_RD_T_NR - 1) / PG_RD_T_NR;
+    int64_t per_block = PG_RD_L2_BYTES / (tile * (int64_t)sizeof(float));
+    per_block = per_block < 1 ? 1 : per_block > ntiles ? ntiles : per_block;
+    const int y_once = per_block < ntiles && npanels * ypanel * (int64_t)sizeof(float) <= PG_RD_T_Y_ONCE_BYTES;
+    int slot;
+    float * buf = pg_scratch_take((size_t)(per_block * tile + (y_once ? npanels : 1) * ypanel + PG_RD_T_NR * 32), &slot);
+    if (!buf) return 0;
+    float * yp = buf + per_block * tile, * tout = yp + (y_once ? npanels : 1) * ypanel;
+    for (int64_t p = 0; y_once && p < npanels; p++) {
+        const int64_t y0 = p * PG_RD_T_NR;
+        rd_tile_pack(y, y0, ny - y0 < PG_RD_T_NR ? ny - y0 : PG_RD_T_NR, k, nt, PG_RD_T_NR, yp + p * ypanel);
+    }
+    for (int64_t b0 = 0; b0 < ntiles; b0 += per_block) {
+        const int64_t b1 = b0 + per_block < ntiles ? b0 + per_block : ntiles;
+        for (int64_t t = b0; t < b1; t++)
+            rd_tile_pack(x, 32 * t, nx - 32 * t < 32 ? nx - 32 * t : 32, k, nt, 32, buf + (t - b0) * tile);
+        for (int64_t p = 0; p < npanels; p++) {
+            const int64_t y0 = p * PG_RD_T_NR;
+            const int nc = (int)(ny - y0 < PG_RD_T_NR ? ny - y0 : PG_RD_T_NR);
+            const float * ypp = y_once ? yp + p * ypanel : yp;
+            if (!y_once) {
+                rd_tile_pack(y, y0, nc, k, nt, PG_RD_T_NR, yp);
+                /* the next panel's values, fetched while this one's products run */
+                if (!y->kstep && p + 1 < npanels)
+                    for (int64_t j = y0 + PG_RD_T_NR; j < y0 + 2 * PG_RD_T_NR && j < ny; j++)
+                        rd_prefetch(y->p + j * y->row, pg_rd_row_bytes(y->kind, k), 1);
+                else if (y->kstep && p + 1 < npanels) {
+                    const int64_t last = (y0 + 2 * PG_RD_T_NR < ny ? y0 + 2 * PG_RD_T_NR : ny) - 1;
+                    for (int64_t q = 0; q < k; q++) {
+                        const float * r = (const float *)y->p + q * y->kstep;
+                        _mm_prefetch((const char *)(r + y0 + PG_RD_T_NR), _MM_HINT_T1);
+                        _mm_prefetch((const char *)(r + last), _MM_HINT_T1);
+                    }
+                }
+            }
+            for (int64_t t = b0; t < b1; t++) {
+                const int64_t nr = nx - 32 * t < 32 ? nx - 32 * t : 32;
+                const float * xp = buf + (t - b0) * tile;
+                if (trans) {
+                    rd_tile_dispatch(nc, xp, ypp, nt, k, tout, 32, 0xFFFF, 0xFFFF);
+                    rd_tile_store_t(tout, nc, nr, c + 32 * t * ldc + y0, ldc);
+                } else
+                    rd_tile_dispatch(nc, xp, ypp, nt, k, c + 32 * t + y0 * ldc, ldc, rd_mask(nr), rd_mask(nr - 16));
+            }
+        }
+    }
+    pg_scratch_give(buf, slot);
+    return 1;
+}
 
 /* C[i + j * csj] = sum_k A[i][k] B[j][k] (F32 A, K <= PG_RD_VERT_MAX_K) by rd_vertical_cols: rows in
  * blocks of 16, columns PG_RD_VERT_COLS at a time. at: scratch of K x 16 floats. */
@@ -392,9 +629,13 @@ static void rd_vertical(int64_t m, int64_t n, int64_t k, const float * a, int64_
 
 /* C[i * csi + j * csj] = beta C + sum_k A[i][k] B[j][k] for i < m, j < n: A rows of lda values of
  * a_kind (PG_RD_F32, PG_RD_F16 or PG_RD_Q8_0; K a multiple of 32 for Q8_0) from a, B rows at b + j
- * ldb (F32). Returns 0 where this build has no vector code (the callers then use the BLAS).
+ * ldb (F32). Returns 0 where this build has no vector code (the callers then use the BLAS) or
+ * scratch is refused (counted), 2 where the register tiles computed it, else 1.
  *
  * The loops, by shape (none changes a sum):
+ * - with 16-float vectors, beta 0, C stored along either index (csi or csj 1), at least
+ *   PG_RD_T_MIN_N columns and PG_RD_T_MIN_M rows over at most PG_RD_T_MAX_K values: rd_tiles,
+ *   A's rows across the lanes;
  * - F32 rows of at most PG_RD_VERT_MAX_K values, into contiguous output rows (csi 1), beta 0, with
  *   16-float vectors: rd_vertical, 16 rows across the lanes (single thread, a 864 x 864 product
  *   over K = 64: 57 -> 98 GFLOP/s; K = 32: 33 -> 72; K = 7, the encoder's first conv: 6 -> 18;
@@ -419,6 +660,13 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
         rd_vertical(m, n, k, a, lda, b, ldb, c, csj, at);
         pg_scratch_give(at, vslot);
         return 1;
+    }
+    if (pg_rd_tiles_on && beta == 0.0f && (csi == 1 || csj == 1) && n >= PG_RD_T_MIN_N && m >= PG_RD_T_MIN_M && k > 0
+        && k <= PG_RD_T_MAX_K) {
+        /* the register tiles, lanes along A's rows: C stored whole along them (csi 1) or transposed */
+        const struct rd_opnd x = {(const char *)a, a_kind, pg_rd_row_bytes(a_kind, lda), 0};
+        const struct rd_opnd y = {(const char *)b, PG_RD_F32, ldb * (int64_t)sizeof(float), 0};
+        return rd_tiles(m, n, k, &x, &y, c, csi == 1 ? csj : csi, csi != 1) ? 2 : 0;
     }
 #endif
     const int64_t kv = k / PG_RD_V * PG_RD_V;
@@ -520,6 +768,32 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
 #else
     (void) m; (void) n; (void) k; (void) a; (void) lda; (void) a_kind; (void) b; (void) ldb; (void) beta; (void) c;
     (void) csi; (void) csj; (void) panel;
+    return 0;
+#endif
+}
+
+/* pg_rowdot's C[i csi + j] = sum_k A[i][k] B[j][k] (beta 0, the same sums) with F32 A (rows lda apart)
+ * and B given k-major, B[j][k] = bk[k ldbk + j], by the register tiles (the Winograd products over
+ * their transformed inputs as they lie). pg_rowdot_kx_fits: whether they take the shape (pg_rowdot's
+ * rule); else, and where scratch is refused (counted), pg_rowdot_kx returns 0. */
+int pg_rowdot_kx_fits(int64_t m, int64_t n, int64_t k) {
+#if PG_RD_VECTOR && PG_RD_V == 16
+    return pg_rd_tiles_on && n >= PG_RD_T_MIN_N && m >= PG_RD_T_MIN_M && k > 0 && k <= PG_RD_T_MAX_K;
+#else
+    (void) m; (void) n; (void) k;
+    return 0;
+#endif
+}
+
+int pg_rowdot_kx(int64_t m, int64_t n, int64_t k, const float * a, int64_t lda, const float * bk, int64_t ldbk,
+                 float * c, int64_t csi) {
+#if PG_RD_VECTOR && PG_RD_V == 16
+    if (!pg_rowdot_kx_fits(m, n, k)) return 0;
+    const struct rd_opnd x = {(const char *)a, PG_RD_F32, lda * (int64_t)sizeof(float), 0};
+    const struct rd_opnd y = {(const char *)bk, PG_RD_F32, 0, ldbk};
+    return rd_tiles(m, n, k, &x, &y, c, csi, 1);
+#else
+    (void) m; (void) n; (void) k; (void) a; (void) lda; (void) bk; (void) ldbk; (void) c; (void) csi;
     return 0;
 #endif
 }

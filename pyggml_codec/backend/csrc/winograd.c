@@ -289,11 +289,18 @@ static float * wino_transposed(const struct wino * w, int64_t nt, const float * 
 }
 
 /* The n products m_q = U_q . v_q for output rows [o0, o1) over nt columns of v; by rows
- * (wino_by_rows) from vt, the transposed inputs (wino_transposed), which read each weight once. */
+ * (wino_by_rows) from vt, the transposed inputs (wino_transposed), which read each weight once,
+ * or with vt NULL from v as it lies, by pg_rowdot_kx's register tiles (the same sums). */
 static void wino_products(const int64_t * p, const struct wino * w, int64_t nt, const float * v, int64_t ldv,
                           int64_t plane, const float * vt, float * restrict mbuf, int64_t mplane, int64_t o0,
                           int64_t o1) {
     const int64_t n = w->n, rows = o1 - o0;
+    if (!vt && wino_by_rows(p, nt)) {  /* by rows from v as it lies (pg_rowdot_kx_fits) */
+        for (int64_t q = 0; q < n; q++)
+            if (!pg_rowdot_kx(rows, nt, w->cin, w->u + (q * w->cout + o0) * w->cin, w->cin, v + q * plane, ldv,
+                              mbuf + q * mplane, ldv)) return;  /* out of memory: counted, the compute raises */
+        return;
+    }
     if (vt) {
         const int64_t panel = nt < (1 << 18) / w->cin ? nt : (1 << 18) / w->cin;  /* B rows of a panel: 1 MB */
         for (int64_t q = 0; q < n; q++)
@@ -490,8 +497,9 @@ void pg_conv_wino(void * dst_, int ith, int nth, void * userdata) {
             wino_input_rows(&w, b0, b1, nrows, gbuf, v, ldv, plane);
             const int64_t col = (b1 - b0) * w.d;
             int tslot = -1;
-            float * vt = wino_by_rows(p, col) ? wino_transposed(&w, col, v, ldv, plane, &tslot) : NULL;
-            if (wino_by_rows(p, col) && !vt) break;  /* out of memory: the output is left unset */
+            const int transposed = wino_by_rows(p, col) && !pg_rowdot_kx_fits(w.cout, col, w.cin);
+            float * vt = transposed ? wino_transposed(&w, col, v, ldv, plane, &tslot) : NULL;
+            if (transposed && !vt) break;  /* out of memory: the output is left unset */
             wino_products(p, &w, col, v, ldv, plane, vt, mbuf, mplane, 0, w.cout);
             if (vt) pg_scratch_give(vt, tslot);
             wino_output_rows(&w, b0, b1, nrows, mbuf, ldv, mplane, 0, w.cout, tout);
