@@ -14,6 +14,7 @@ measured 16-20x faster than the chain on this project's machines (PERF_NOTES.md)
 """
 
 import os
+import re
 import sys
 
 from cffi import FFI
@@ -41,8 +42,13 @@ def _relative(path: str) -> str:  # setuptools wants sources relative to the pro
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 _flags = ["-O3", "-ffast-math"]  # -ffast-math (with finite-math) makes glibc declare the SIMD sinf
+# PYGGML_CODEC_MARCH names another target than this CPU, e.g. x86-64-v3 (AVX2, FMA, F16C: the
+# kernels a CPU without AVX-512 runs, built and tested on one with it)
+_MARCH = os.environ.get("PYGGML_CODEC_MARCH") or "native"  # unset or empty: this CPU
+if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", _MARCH):
+    raise ValueError(f"PYGGML_CODEC_MARCH={_MARCH!r}: not a -march target name")
 if os.environ.get("PYGGML_CODEC_PORTABLE") != "1" and sys.platform != "darwin":
-    _flags.append("-march=native")
+    _flags.append(f"-march={_MARCH}")
 ffibuilder.set_source(
     "pyggml_codec.backend._kernels",
     '#include "pg_kernels.h"\n',

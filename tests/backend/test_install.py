@@ -125,3 +125,21 @@ def test_doctor_says_what_the_exact_kernels_run():
     on = dict(e, compiled=True, products_lanes=16, sinf_lanes=4)
     assert buildinfo.format_exact_kernels(on) == "ggml's products in blocks (16 lanes); libm's sinf in vectors (4 lanes)"
     assert "unavailable: x" in buildinfo.format_exact_kernels(dict(e, compiled=False, reason="x"))
+
+
+@pytest.mark.parametrize("march,ok", [("x86-64-v3", True), ("native", True), ("", True), ("x86-64; rm -rf", False),
+                                      ("-O0", False)])
+def test_kernel_target_is_a_march_name_or_refused(march, ok):
+    """``PYGGML_CODEC_MARCH`` picks the kernels' ``-march`` target (CI builds x86-64-v3 kernels on an
+    AVX-512 machine to run the AVX2 paths); anything but a target name is refused before a compiler
+    sees it; unset or empty, the kernels target this CPU."""
+    env = dict(os.environ, PYGGML_CODEC_MARCH=march)
+    env.pop("PYGGML_CODEC_PORTABLE", None)
+    code = "from pyggml_codec.backend import _kernels_build as b; print([f for f in b._flags if f.startswith('-march')])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    if ok:
+        assert out.returncode == 0, out.stderr
+        if sys.platform != "darwin":
+            assert out.stdout.strip() == f"['-march={march or 'native'}']"
+    else:
+        assert out.returncode != 0 and "PYGGML_CODEC_MARCH" in out.stderr and "not a -march target" in out.stderr
