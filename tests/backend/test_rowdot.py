@@ -259,15 +259,10 @@ def _raw_rowdot(a, kind, b, transposed):
 
 def _q8_0(a):
     """a [m, k] (k a multiple of 32) as ggml's Q8_0 blocks, and the F32 values they hold."""
-    m, k = a.shape
-    blocks = a.reshape(m, k // 32, 32)
-    d = (np.abs(blocks).max(-1) / 127).astype(np.float16)
-    d[d == 0] = 1
-    q = np.clip(np.round(blocks / d.astype(np.float32)[..., None]), -127, 127).astype(np.int8)
-    held = np.zeros((m, k // 32, 34), np.uint8)
-    held[..., :2] = d.view(np.uint8).reshape(m, k // 32, 2)
-    held[..., 2:] = q.view(np.uint8)
-    return held, (q.astype(np.float32) * d.astype(np.float32)[..., None]).reshape(m, k)
+    import gguf
+
+    held = binding.quantize_rows(a, kernels.ROWDOT_Q8_0).reshape(a.shape[0], -1)
+    return held, gguf.quants.dequantize(held, gguf.GGMLQuantizationType.Q8_0).reshape(a.shape).astype(np.float32)
 
 
 def test_register_tiles_give_the_bits_of_the_row_products():

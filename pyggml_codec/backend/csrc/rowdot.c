@@ -399,6 +399,11 @@ static inline __attribute__((always_inline)) void rd_vertical_cols(const int nc,
 #define PG_RD_T_MAX_K 2048
 #define PG_RD_T_Y_ONCE_BYTES (4 << 20)  /* Y packed once where it is this small and X takes several blocks */
 
+/* whether the tiles take m rows of A against n columns over k values (pg_rowdot, pg_rowdot_kx) */
+static inline int rd_tiles_fit(int64_t m, int64_t n, int64_t k) {
+    return pg_rd_tiles_on && n >= PG_RD_T_MIN_N && m >= PG_RD_T_MIN_M && k > 0 && k <= PG_RD_T_MAX_K;
+}
+
 /* tile x panel: out[j * ldo + lane] for j < nc, the lanes kept by m0 and m1 */
 static inline __attribute__((always_inline)) void rd_tile(const int nc, const float * xp, const float * yp,
         int64_t nt, int64_t k, float * out, int64_t ldo, __mmask16 m0, __mmask16 m1) {
@@ -498,14 +503,7 @@ struct rd_opnd { const char * p; int kind; int64_t row, kstep; };
 static inline __attribute__((always_inline)) __m512 rd_load16(const struct rd_opnd * o, int64_t r, int64_t t, int64_t k) {
     const char * row = o->p + r * o->row;
     const int64_t q = 16 * t;
-    if (q + 16 <= k) {
-        if (o->kind == PG_RD_Q8_0) {
-            const int8_t * qs;
-            const float d = pg_q8_0_scale(row, q, &qs);
-            return VMUL(VLOADQ(qs + q % 32), VSET1(d));
-        }
-        return o->kind == PG_RD_F16 ? VLOADH((const uint16_t *)row + q) : VLOAD((const float *)row + q);
-    }
+    if (q + 16 <= k) return load_a(row, o->kind, q);
     float v[16];
     for (int e = 0; e < 16; e++) v[e] = q + e < k ? pg_rd_value(row, o->kind, q + e) : 0.0f;
     return VLOAD(v);
@@ -576,18 +574,11 @@ static int rd_tiles(int64_t nx, int64_t ny, int64_t k, const struct rd_opnd * x,
             const float * ypp = y_once ? yp + p * ypanel : yp;
             if (!y_once) {
                 rd_tile_pack(y, y0, nc, k, nt, PG_RD_T_NR, yp);
-                /* the next panel's values, fetched while this one's products run */
+                /* the next panel's rows, fetched from memory while this one's products run (a k-major Y
+                   is a Winograd block's transformed input, just written and in cache) */
                 if (!y->kstep && p + 1 < npanels)
                     for (int64_t j = y0 + PG_RD_T_NR; j < y0 + 2 * PG_RD_T_NR && j < ny; j++)
                         rd_prefetch(y->p + j * y->row, pg_rd_row_bytes(y->kind, k), 1);
-                else if (y->kstep && p + 1 < npanels) {
-                    const int64_t last = (y0 + 2 * PG_RD_T_NR < ny ? y0 + 2 * PG_RD_T_NR : ny) - 1;
-                    for (int64_t q = 0; q < k; q++) {
-                        const float * r = (const float *)y->p + q * y->kstep;
-                        _mm_prefetch((const char *)(r + y0 + PG_RD_T_NR), _MM_HINT_T1);
-                        _mm_prefetch((const char *)(r + last), _MM_HINT_T1);
-                    }
-                }
             }
             for (int64_t t = b0; t < b1; t++) {
                 const int64_t nr = nx - 32 * t < 32 ? nx - 32 * t : 32;
@@ -661,8 +652,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
         pg_scratch_give(at, vslot);
         return 1;
     }
-    if (pg_rd_tiles_on && beta == 0.0f && (csi == 1 || csj == 1) && n >= PG_RD_T_MIN_N && m >= PG_RD_T_MIN_M && k > 0
-        && k <= PG_RD_T_MAX_K) {
+    if (beta == 0.0f && (csi == 1 || csj == 1) && rd_tiles_fit(m, n, k)) {
         /* the register tiles, lanes along A's rows: C stored whole along them (csi 1) or transposed */
         const struct rd_opnd x = {(const char *)a, a_kind, pg_rd_row_bytes(a_kind, lda), 0};
         const struct rd_opnd y = {(const char *)b, PG_RD_F32, ldb * (int64_t)sizeof(float), 0};
@@ -778,7 +768,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
  * rule); else, and where scratch is refused (counted), pg_rowdot_kx returns 0. */
 int pg_rowdot_kx_fits(int64_t m, int64_t n, int64_t k) {
 #if PG_RD_VECTOR && PG_RD_V == 16
-    return pg_rd_tiles_on && n >= PG_RD_T_MIN_N && m >= PG_RD_T_MIN_M && k > 0 && k <= PG_RD_T_MAX_K;
+    return rd_tiles_fit(m, n, k);
 #else
     (void) m; (void) n; (void) k;
     return 0;
