@@ -124,6 +124,29 @@ def test_margins_returned(f32_codec):
     assert margins.shape == codes.shape and np.all(margins >= 0)
 
 
+def test_host_vq_runs_on_one_blas_thread(f32_codec, monkeypatch):
+    """The host VQ's numpy products run with OpenBLAS's process-wide count held at 1: a threaded
+    product leaves its workers spinning on the cores the next compute needs. Counted at every
+    stage's call, and the caller's count is back afterwards."""
+    from pyggml_codec.backend import kernels
+    from pyggml_codec.model import vq
+
+    blas = kernels.BLAS
+    if blas is None or blas.threading != "pthreads":
+        pytest.skip(f"no process-wide OpenBLAS thread count here ({blas and blas.threading})")
+    seen, original = [], vq.residual_quantize
+
+    def counted(stages, z):
+        seen.append(int(blas._get()))
+        return original(stages, z)
+
+    monkeypatch.setattr(vq, "residual_quantize", counted)
+    before = int(blas._get())
+    f32_codec.encode(signal(8192, seed=9))
+    print(f"OpenBLAS threads: {before} before, {seen} during the host VQ, {int(blas._get())} after")
+    assert seen == [1] and int(blas._get()) == before
+
+
 def test_input_forms(f32_codec):
     x = signal(6000, seed=10)
     ref = f32_codec.encode(x)
