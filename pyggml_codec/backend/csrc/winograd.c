@@ -122,6 +122,23 @@ static inline void wino_store4x16(float * y, const __m512 * a) {
     _mm512_storeu_ps(y + 32, _mm512_shuffle_f32x4(v1, v3, 0x88));
     _mm512_storeu_ps(y + 48, _mm512_shuffle_f32x4(v1, v3, 0xDD));
 }
+
+/* y[stride k + i] = a[i][k] for k < 16, i < 4: the 4 x 16 transpose of wino_store4x16, each
+ * tile's four floats stored at its own place */
+static inline void wino_scatter4x16(float * y, int64_t stride, const __m512 * a) {
+    const __m512 t0 = _mm512_unpacklo_ps(a[0], a[1]), t1 = _mm512_unpackhi_ps(a[0], a[1]);
+    const __m512 t2 = _mm512_unpacklo_ps(a[2], a[3]), t3 = _mm512_unpackhi_ps(a[2], a[3]);
+    const __m512 u0 = _mm512_shuffle_ps(t0, t2, 0x44), u1 = _mm512_shuffle_ps(t0, t2, 0xEE);
+    const __m512 u2 = _mm512_shuffle_ps(t1, t3, 0x44), u3 = _mm512_shuffle_ps(t1, t3, 0xEE);
+    /* u0: tiles 0, 4, 8, 12 (one per 128-bit lane), u1: 1, 5, 9, 13, u2: 2, 6, ..., u3: 3, 7, ... */
+    const __m512 u[4] = {u0, u1, u2, u3};
+    for (int k = 0; k < 4; k++) {
+        _mm_storeu_ps(y + stride * k, _mm512_castps512_ps128(u[k]));
+        _mm_storeu_ps(y + stride * (k + 4), _mm512_extractf32x4_ps(u[k], 1));
+        _mm_storeu_ps(y + stride * (k + 8), _mm512_extractf32x4_ps(u[k], 2));
+        _mm_storeu_ps(y + stride * (k + 12), _mm512_extractf32x4_ps(u[k], 3));
+    }
+}
 #endif
 
 /* y[t0 + m d k] (i-th output of tile k) = sum_p A[i][p] m_p[k] for k < nq_i, i < m, where
@@ -212,40 +229,55 @@ static void wino_input(const struct wino * w, int64_t b0, int64_t nb, float * re
         const float * xr = w->x + ci * w->ldx;
         const float * pr = w->prev ? w->prev + ci * w->ldp : NULL;
 #if WV == 16
-        if (d == 1 && m == 4 && kept) {
-            /* e_i[q] = x[c + 4 q + i]: 64 consecutive samples split into the four phases by
-             * permutes where every phase lies inside x (q in [qa, qv)), the rest one by one as
-             * below; the same values. 0.91-0.96x the conv's time at d = 1 with the transpose
-             * in wino_at_n (64 to 384 channels). */
-            const int64_t c = m * b0 - (w->kk - 1);
+        if (m == 4 && kept) {
+            /* The 4 d phase rows E_r[q] = xpad[c + r + 4 d q] (r = i d + j: phase i of residue j)
+             * at once, E_r at gbuf + r ng (4 d ng floats: the callers' gbuf holds n nb d >= that
+             * for the by-residue pieces of 8 d rows and more). Where every row lies inside x
+             * (q in [qa, qv)) 16 tiles' 4-float runs r0..r0 + 3 (64 consecutive samples at d = 1)
+             * are split into their four rows by permutes, the rest one by one as below; the same
+             * values. A conv's time, 64 to 384 channels: 0.91-0.96x at d = 1 with the transpose
+             * in wino_at_n; at d = 3 and 9 0.94-0.96x at 64 to 128 channels, 0.98-1.00x above. */
+            const int64_t c = d * (m * b0 - (w->kk - 1)), rows = 4 * d;
             int64_t qa = 0, qb = ng;
-            for (int64_t i = 0; i < 4; i++) {
-                qa = lohi[2 * i] > qa ? lohi[2 * i] : qa;
-                qb = lohi[2 * i + 1] < qb ? lohi[2 * i + 1] : qb;
+            for (int64_t k = 0; k < rows; k++) {
+                qa = lohi[2 * k] > qa ? lohi[2 * k] : qa;
+                qb = lohi[2 * k + 1] < qb ? lohi[2 * k + 1] : qb;
             }
             if (qb < qa) qb = qa;
             const int64_t qv = qa + (qb - qa) / 16 * 16;
-            for (int64_t i = 0; i < 4; i++) {
-                float * restrict e = gbuf + i * ng;
-                const int64_t * lh = lohi + 2 * i;
+            for (int64_t r = 0; r < rows; r++) {
+                float * restrict e = gbuf + r * ng;
+                const int64_t * lh = lohi + 2 * ((r % d) * m + r / d);
                 for (int64_t q = 0; q < ng; q++) {  /* outside [qa, qv): the context, x, or zeros */
                     if (q == qa) q = qv;
                     if (q >= ng) break;
-                    e[q] = q < lh[0] ? (pr ? pr[(w->kk - 1) + c + i + 4 * q] : 0.0f) : q < lh[1] ? xr[c + i + 4 * q] : 0.0f;
+                    e[q] = q < lh[0] ? (pr ? pr[(w->kk - 1) * d + c + r + rows * q] : 0.0f)
+                                     : q < lh[1] ? xr[c + r + rows * q] : 0.0f;
                 }
             }
+            const __m512i idx0 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
             for (int64_t q = qa; q < qv; q += 16) {
-                const float * src = xr + c + 4 * q;
-                const __m512 x0 = _mm512_loadu_ps(src), x1 = _mm512_loadu_ps(src + 16);
-                const __m512 x2 = _mm512_loadu_ps(src + 32), x3 = _mm512_loadu_ps(src + 48);
-                for (int64_t i = 0; i < 4; i++) {
-                    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32((int)i),
-                        _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28));
-                    const __m512 lo = _mm512_permutex2var_ps(x0, idx, x1), hi = _mm512_permutex2var_ps(x2, idx, x3);
-                    _mm512_storeu_ps(gbuf + i * ng + q, _mm512_shuffle_f32x4(lo, hi, 0x44));
+                const float * src = xr + c + rows * q;
+                for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+                    __m512 x[4];
+                    if (d == 1)
+                        for (int k = 0; k < 4; k++) x[k] = _mm512_loadu_ps(src + 16 * k);
+                    else
+                        for (int k = 0; k < 4; k++) {  /* tiles 4 k .. 4 k + 3: their runs r0..r0 + 3 */
+                            const float * t = src + r0 + rows * 4 * k;
+                            x[k] = _mm512_insertf32x4(_mm512_castps128_ps512(_mm_loadu_ps(t)), _mm_loadu_ps(t + rows), 1);
+                            x[k] = _mm512_insertf32x4(x[k], _mm_loadu_ps(t + 2 * rows), 2);
+                            x[k] = _mm512_insertf32x4(x[k], _mm_loadu_ps(t + 3 * rows), 3);
+                        }
+                    for (int i = 0; i < 4; i++) {
+                        const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(i), idx0);
+                        const __m512 lo = _mm512_permutex2var_ps(x[0], idx, x[1]), hi = _mm512_permutex2var_ps(x[2], idx, x[3]);
+                        _mm512_storeu_ps(gbuf + (r0 + i) * ng + q, _mm512_shuffle_f32x4(lo, hi, 0x44));
+                    }
                 }
             }
-            wino_bt(w->bt, n, m, gbuf, ng, nb, v + ci * ldv, plane);
+            for (int64_t j = 0; j < d; j++)  /* residue j's phases: rows j, d + j, 2 d + j, 3 d + j */
+                wino_bt(w->bt, n, m, gbuf + j * ng, d * ng, nb, v + ci * ldv + j * nb, plane);
             continue;
         }
 #endif
@@ -389,19 +421,49 @@ static void wino_products(const int64_t * p, const struct wino * w, int64_t nt, 
 static void wino_output(const struct wino * w, int64_t b0, int64_t nb, const float * mbuf, int64_t ldv,
                         int64_t mplane, int64_t o0, int64_t o1) {
     const int64_t m = w->m, n = w->n, d = w->d;
+    int64_t full = 0;  /* tiles [0, full) have all their outputs before len, in whole groups of 16 */
+#if WV == 16
+    if (m == 4 && d > 1 && d <= 4) {  /* at d = 9 no faster (0.99-1.02x) */
+        const int64_t last = d * (m * b0 + m) - 1;  /* the last output of tile 0 */
+        full = last < w->len ? (w->len - 1 - last) / (m * d) + 1 : 0;
+        full = (full < nb ? full : nb) / 16 * 16;
+    }
+#endif
     /* row by row, its d residues in turn: the d passes of strided stores then fill the same
      * lines of y while they are in L1 (residue by residue, every row's, they came back from L2
      * or L3 d times: a 64-channel conv at d = 9 took 1.19x the time, 1.05x at d = 3) */
-    for (int64_t r = 0; r < o1 - o0; r++)
-        for (int64_t j = 0; j < d; j++) {
+    for (int64_t r = 0; r < o1 - o0; r++) {
+        const float * mr = mbuf + r * ldv;
+        float * yr = w->y + (o0 + r) * w->ldy;
+#if WV == 16
+        for (int64_t q = 0; q < full; q += 16) {
+            /* 16 tiles of every residue: their 4 d outputs each side by side (r = i d + j), by
+             * transposes of 4 x 16 and 4-float stores; the sums of wino_at_n. A conv at d = 3:
+             * 0.96-0.99x the time with the strided stores, 64 to 192 channels. */
+            __m512 t[16];
+            for (int64_t j = 0; j < d; j++) {
+                __m512 mv[PG_WINO_MAX_N];
+                for (int64_t p = 0; p < n; p++) mv[p] = _mm512_loadu_ps(mr + j * nb + p * mplane + q);
+                for (int64_t i = 0; i < 4; i++) {
+                    __m512 acc = _mm512_mul_ps(_mm512_set1_ps(w->at[i * n]), mv[0]);
+                    for (int64_t p = 1; p < n; p++) acc = _mm512_fmadd_ps(_mm512_set1_ps(w->at[i * n + p]), mv[p], acc);
+                    t[i * d + j] = acc;
+                }
+            }
+            for (int64_t r0 = 0; r0 < 4 * d; r0 += 4)
+                wino_scatter4x16(yr + d * m * (b0 + q) + r0, 4 * d, t + r0);
+        }
+#endif
+        for (int64_t j = 0; j < d; j++) {  /* the rest (every tile where full is 0) */
             int64_t t0[PG_WINO_MAX_N], nq[PG_WINO_MAX_N];
             for (int64_t i = 0; i < m; i++) {
-                t0[i] = j + d * (m * b0 + i);  /* output of tile q: t0 + m d q */
+                t0[i] = j + d * (m * (b0 + full) + i);  /* output of tile full + q: t0 + m d q */
                 const int64_t cnt = t0[i] < w->len ? (w->len - t0[i] + m * d - 1) / (m * d) : 0;
-                nq[i] = cnt < nb ? cnt : nb;
+                nq[i] = cnt < nb - full ? cnt : nb - full;
             }
-            wino_at(w->at, n, m, mbuf + r * ldv + j * nb, mplane, nb, nq, w->y + (o0 + r) * w->ldy, t0, m * d);
+            wino_at(w->at, n, m, mr + j * nb + full, mplane, nb - full, nq, yr, t0, m * d);
         }
+    }
 }
 
 /* The output transform of tile rows [r0, r1) (counted over the segments in turn, each piece short),
