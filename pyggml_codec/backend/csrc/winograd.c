@@ -109,34 +109,38 @@ static void wino_bt(const float * bt, int64_t n, int64_t m, const float * e, int
 }
 
 #if WV == 16
-/* y[4 k + i] = a[i][k] for k < 16, i < 4: the four vectors interleaved (a 4 x 16 transpose) */
-static inline void wino_store4x16(float * y, const __m512 * a) {
+/* The first steps of a 4 x 16 transpose of a[i][k] (i < 4, k < 16): u[t] holds tiles t, t + 4, t + 8,
+ * t + 12, each tile's four values a[0..3][k] in one 128-bit lane */
+static inline void wino_tiles4(const __m512 * a, __m512 * u) {
     const __m512 t0 = _mm512_unpacklo_ps(a[0], a[1]), t1 = _mm512_unpackhi_ps(a[0], a[1]);
     const __m512 t2 = _mm512_unpacklo_ps(a[2], a[3]), t3 = _mm512_unpackhi_ps(a[2], a[3]);
-    const __m512 u0 = _mm512_shuffle_ps(t0, t2, 0x44), u1 = _mm512_shuffle_ps(t0, t2, 0xEE);
-    const __m512 u2 = _mm512_shuffle_ps(t1, t3, 0x44), u3 = _mm512_shuffle_ps(t1, t3, 0xEE);
-    const __m512 v0 = _mm512_shuffle_f32x4(u0, u1, 0x44), v1 = _mm512_shuffle_f32x4(u0, u1, 0xEE);
-    const __m512 v2 = _mm512_shuffle_f32x4(u2, u3, 0x44), v3 = _mm512_shuffle_f32x4(u2, u3, 0xEE);
+    u[0] = _mm512_shuffle_ps(t0, t2, 0x44);
+    u[1] = _mm512_shuffle_ps(t0, t2, 0xEE);
+    u[2] = _mm512_shuffle_ps(t1, t3, 0x44);
+    u[3] = _mm512_shuffle_ps(t1, t3, 0xEE);
+}
+
+/* y[4 k + i] = a[i][k] for k < 16, i < 4: the four vectors interleaved, in four whole stores */
+static inline void wino_store4x16(float * y, const __m512 * a) {
+    __m512 u[4];
+    wino_tiles4(a, u);
+    const __m512 v0 = _mm512_shuffle_f32x4(u[0], u[1], 0x44), v1 = _mm512_shuffle_f32x4(u[0], u[1], 0xEE);
+    const __m512 v2 = _mm512_shuffle_f32x4(u[2], u[3], 0x44), v3 = _mm512_shuffle_f32x4(u[2], u[3], 0xEE);
     _mm512_storeu_ps(y, _mm512_shuffle_f32x4(v0, v2, 0x88));
     _mm512_storeu_ps(y + 16, _mm512_shuffle_f32x4(v0, v2, 0xDD));
     _mm512_storeu_ps(y + 32, _mm512_shuffle_f32x4(v1, v3, 0x88));
     _mm512_storeu_ps(y + 48, _mm512_shuffle_f32x4(v1, v3, 0xDD));
 }
 
-/* y[stride k + i] = a[i][k] for k < 16, i < 4: the 4 x 16 transpose of wino_store4x16, each
- * tile's four floats stored at its own place */
+/* y[stride k + i] = a[i][k] for k < 16, i < 4: each tile's four values stored at its own place */
 static inline void wino_scatter4x16(float * y, int64_t stride, const __m512 * a) {
-    const __m512 t0 = _mm512_unpacklo_ps(a[0], a[1]), t1 = _mm512_unpackhi_ps(a[0], a[1]);
-    const __m512 t2 = _mm512_unpacklo_ps(a[2], a[3]), t3 = _mm512_unpackhi_ps(a[2], a[3]);
-    const __m512 u0 = _mm512_shuffle_ps(t0, t2, 0x44), u1 = _mm512_shuffle_ps(t0, t2, 0xEE);
-    const __m512 u2 = _mm512_shuffle_ps(t1, t3, 0x44), u3 = _mm512_shuffle_ps(t1, t3, 0xEE);
-    /* u0: tiles 0, 4, 8, 12 (one per 128-bit lane), u1: 1, 5, 9, 13, u2: 2, 6, ..., u3: 3, 7, ... */
-    const __m512 u[4] = {u0, u1, u2, u3};
-    for (int k = 0; k < 4; k++) {
-        _mm_storeu_ps(y + stride * k, _mm512_castps512_ps128(u[k]));
-        _mm_storeu_ps(y + stride * (k + 4), _mm512_extractf32x4_ps(u[k], 1));
-        _mm_storeu_ps(y + stride * (k + 8), _mm512_extractf32x4_ps(u[k], 2));
-        _mm_storeu_ps(y + stride * (k + 12), _mm512_extractf32x4_ps(u[k], 3));
+    __m512 u[4];
+    wino_tiles4(a, u);
+    for (int t = 0; t < 4; t++) {
+        _mm_storeu_ps(y + stride * t, _mm512_castps512_ps128(u[t]));
+        _mm_storeu_ps(y + stride * (t + 4), _mm512_extractf32x4_ps(u[t], 1));
+        _mm_storeu_ps(y + stride * (t + 8), _mm512_extractf32x4_ps(u[t], 2));
+        _mm_storeu_ps(y + stride * (t + 12), _mm512_extractf32x4_ps(u[t], 3));
     }
 }
 #endif
