@@ -145,42 +145,33 @@ static inline void wino_scatter4x16(float * y, int64_t stride, const __m512 * a)
 }
 #endif
 
+#if WINO_VECTOR
+/* sum_p A[i][p] mv[p], the output transform's sums: a product, then fused multiply-adds in order */
+static inline __attribute__((always_inline)) wvec wino_at_sum(const float * at, int64_t n, int64_t i, const wvec * mv) {
+    wvec acc = WMUL(WSET1(at[i * n]), mv[0]);
+    for (int64_t p = 1; p < n; p++) acc = WFMA(WSET1(at[i * n + p]), mv[p], acc);
+    return acc;
+}
+#endif
+
 /* y[t0 + m d k] (i-th output of tile k) = sum_p A[i][p] m_p[k] for k < nq_i, i < m, where
  * m_p = mr + p * mplane: WV tiles at a time with the n products in registers, the last ones
- * through masked loads (the same sums in every lane, as in wino_bt_n). Stored one by one where
- * they are strided, except at d = 1 with 16-float vectors, where 16 tiles' outputs are 64
- * consecutive samples (a 64-channel conv at d = 1 ran in 0.96x the time with the transpose). */
+ * through masked loads (the same sums in every lane, as in wino_bt_n), stored one by one. */
 static inline __attribute__((always_inline)) void wino_at_n(const float * restrict at, const int64_t n,
         const int64_t m, const float * restrict mr, int64_t mplane, int64_t nb, const int64_t * nq, float * yr,
         const int64_t * t0, int64_t step) {
     int64_t q = 0;
 #if WINO_VECTOR
-#if WV == 16
-    /* d = 1: tile k's four outputs side by side (t0[i] = t0[0] + i, step 4) */
-    const int side_by_side = m == 4 && step == 4 && t0[1] == t0[0] + 1 && t0[2] == t0[0] + 2 && t0[3] == t0[0] + 3;
-#endif
     for (; q < nb; q += WV) {  /* outputs at or past len (k >= nq[i]: the last tiles') not stored */
         const int whole = q + WV <= nb;
         const wmask lanes = wino_lanes(nb - q);
         wvec mv[PG_WINO_MAX_N];
         for (int64_t p = 0; p < n; p++)
             mv[p] = whole ? WLOAD(mr + p * mplane + q) : WLOADM(mr + p * mplane + q, lanes);
-#if WV == 16
-        if (side_by_side && nq[3] - q >= WV) {  /* 64 outputs in a row: one 4 x 16 transpose, 4 stores */
-            wvec acc[4];
-            for (int64_t i = 0; i < 4; i++) {
-                acc[i] = WMUL(WSET1(at[i * n]), mv[0]);
-                for (int64_t p = 1; p < n; p++) acc[i] = WFMA(WSET1(at[i * n + p]), mv[p], acc[i]);
-            }
-            wino_store4x16(yr + t0[0] + step * q, acc);
-            continue;
-        }
-#endif
         for (int64_t i = 0; i < m; i++) {
             const int64_t kn = nq[i] - q < WV ? nq[i] - q : WV;
             if (kn <= 0) continue;
-            wvec acc = WMUL(WSET1(at[i * n]), mv[0]);
-            for (int64_t p = 1; p < n; p++) acc = WFMA(WSET1(at[i * n + p]), mv[p], acc);
+            const wvec acc = wino_at_sum(at, n, i, mv);
             float * yo = yr + t0[i] + step * q;
             if (step == 1 && kn == WV) {
                 WSTORE(yo, acc);
@@ -427,7 +418,7 @@ static void wino_output(const struct wino * w, int64_t b0, int64_t nb, const flo
     const int64_t m = w->m, n = w->n, d = w->d;
     int64_t full = 0;  /* tiles [0, full) have all their outputs before len, in whole groups of 16 */
 #if WV == 16
-    if (m == 4 && d > 1 && d <= 4) {  /* at d = 9 no faster (0.99-1.02x) */
+    if (m == 4 && d <= 4) {  /* at d = 9 no faster (0.99-1.02x) */
         const int64_t last = d * (m * b0 + m) - 1;  /* the last output of tile 0 */
         full = last < w->len ? (w->len - 1 - last) / (m * d) + 1 : 0;
         full = (full < nb ? full : nb) / 16 * 16;
@@ -442,20 +433,19 @@ static void wino_output(const struct wino * w, int64_t b0, int64_t nb, const flo
 #if WV == 16
         for (int64_t q = 0; q < full; q += 16) {
             /* 16 tiles of every residue: their 4 d outputs each side by side (r = i d + j), by
-             * transposes of 4 x 16 and 4-float stores; the sums of wino_at_n. A conv at d = 3:
-             * 0.96-0.99x the time with the strided stores, 64 to 192 channels. */
+             * transposes of 4 x 16: at d = 1 64 consecutive samples in 4 stores, else 4-float runs
+             * 4 d apart; wino_at_sum's sums. A conv's time with the strided stores: 0.91-0.96x at
+             * d = 1 (with the input permutes, 64 to 384 channels), 0.96-0.99x at d = 3 (64 to 192). */
             __m512 t[16];
             for (int64_t j = 0; j < d; j++) {
                 __m512 mv[PG_WINO_MAX_N];
                 for (int64_t p = 0; p < n; p++) mv[p] = _mm512_loadu_ps(mr + j * nb + p * mplane + q);
-                for (int64_t i = 0; i < 4; i++) {
-                    __m512 acc = _mm512_mul_ps(_mm512_set1_ps(w->at[i * n]), mv[0]);
-                    for (int64_t p = 1; p < n; p++) acc = _mm512_fmadd_ps(_mm512_set1_ps(w->at[i * n + p]), mv[p], acc);
-                    t[i * d + j] = acc;
-                }
+                for (int64_t i = 0; i < 4; i++) t[i * d + j] = wino_at_sum(w->at, n, i, mv);
             }
-            for (int64_t r0 = 0; r0 < 4 * d; r0 += 4)
-                wino_scatter4x16(yr + d * m * (b0 + q) + r0, 4 * d, t + r0);
+            if (d == 1) wino_store4x16(yr + m * (b0 + q), t);
+            else
+                for (int64_t r0 = 0; r0 < 4 * d; r0 += 4)
+                    wino_scatter4x16(yr + d * m * (b0 + q) + r0, 4 * d, t + r0);
         }
 #endif
         for (int64_t j = 0; j < d; j++) {  /* the rest (every tile where full is 0) */
