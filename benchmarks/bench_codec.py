@@ -15,7 +15,8 @@ Every row also stands against the machine's own limits (limits.py), measured in 
 the row's thread count: the graph's operations as executed (pyggml_codec.backend.flops: products,
 Winograd transforms, elementwise, counted over every graph the call computed), numpy's SGEMM
 rate (1024^3 and the codec's three heaviest product shapes, best of 5), the floor = operations /
-the 1024^3 rate measured around the row's own timed runs, and each engine's time / floor. --streams adds the chunk-1 streaming targets per
+the 1024^3 rate measured just before and just after each timed run, and each engine's time / floor (the
+median over its runs of each run's time over its own floor). --streams adds the chunk-1 streaming targets per
 byte read on the F16 file and on its Q8_0 quantization. --page writes the tables as this machine
 kind's section of the performance page (docs/performance.md), keeping other kinds' sections.
 With --s2cpp TREE the s2cpp rows are also timed against s2.cpp itself (its harness is built first).
@@ -136,6 +137,24 @@ def alternate(ours, theirs, reps: int) -> tuple[float, float]:
     return statistics.median(a), statistics.median(b)
 
 
+def alternate_bracketed(ours, theirs, reps: int, threads: int) -> tuple[list, list]:
+    """Both run alternately after one warm-up of each, as :func:`alternate`, with the reference
+    SGEMM rate sampled between every two runs: each run's (seconds, rate just before, rate just
+    after), ours then theirs."""
+    ours(), theirs()
+    a, b = [], []
+    rate = paired_sgemm_gflops(threads)
+    for _ in range(reps):
+        t = timed_settled(ours)
+        after = paired_sgemm_gflops(threads)
+        a.append((t, rate, after))
+        t, rate = timed_settled(theirs), after
+        after = paired_sgemm_gflops(threads)
+        b.append((t, rate, after))
+        rate = after
+    return a, b
+
+
 def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int, streaming: bool = True,
                s2cpp: tuple | None = None) -> list[dict]:
     """``s2cpp``: (harness executable, model path) to time s2.cpp on the same input as well."""
@@ -156,9 +175,8 @@ def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int, stre
         codec.clear_cache()
         with limits.FlopMeter() as meter:  # the first call computes the graphs every warm call runs
             cold = timed(ours)
-        before = paired_sgemm_gflops(torch_threads)
-        t_ours, t_theirs = alternate(ours, theirs, reps)
-        after = paired_sgemm_gflops(torch_threads)
+        runs_ours, runs_theirs = alternate_bracketed(ours, theirs, reps, torch_threads)
+        t_ours, t_theirs = (statistics.median(t for t, _, _ in runs) for runs in (runs_ours, runs_theirs))
         wall = timed_settled(ours)
         overhead = max(wall - codec.last_compute_s, 0.0) / wall
         count = meter.total()
@@ -168,7 +186,7 @@ def bench_pair(codec, model, seconds: float, reps: int, torch_threads: int, stre
                          flops_elementwise=count.elementwise, flops_uncounted=count.uncounted,
                          flops_by_op=count.by_op,
                          gemm_shapes=[list(s) for s in count.top_shapes()],
-                         sgemm_gflops_paired=0.5 * (before + after), sgemm_gflops_around=[before, after]))
+                         runs_ours=runs_ours, runs_oracle=runs_theirs))
         if s2cpp is not None:
             import bench_s2cpp
 
@@ -318,48 +336,70 @@ def _row(r: dict) -> str:
 
 
 def paired_sgemm_gflops(threads: int) -> float:
-    """The reference SGEMM rate now (a short measure: best of 3 timings of 0.1 s), taken just
-    before and just after a row's timed runs."""
+    """The reference SGEMM rate now (a short measure: best of 3 timings of 0.1 s), taken between
+    every two timed runs of a row (:func:`alternate_bracketed`)."""
     import limits
 
     return limits.sgemm_gflops(threads, reps=3, min_s=0.1)[limits.REFERENCE_SHAPE]
 
 
-# The most the SGEMM rate measured just before and just after a row may differ (max over min) for the
-# row's ratios to the floor to stand: past it the machine's speed changed while the row ran (on one
-# contended 2-core VM the two samples read 283 and 200 GFLOP/s, and a row's ratio to the floor read
-# 1.36x for code that measured 1.93x on a quiet machine).
+# The most the SGEMM rate measured just before and just after a run may differ (max over min) for the
+# run's ratio to the floor to stand: past it the machine's speed changed while the run ran (on one
+# contended 2-core VM two samples around a row read 283 and 200 GFLOP/s, and the row's ratio to the
+# floor read 1.36x for code that measured 1.93x on a quiet machine).
 SGEMM_SWING = 1.15
+
+
+def run_ratios(runs: list, flops: float) -> tuple[float, float, float | None]:
+    """Of timed runs ``(seconds, rate before, rate after)``: the median of each run's time over its
+    own floor (at the mean of its two rates), the median of those rates, and None where at least
+    one run's two rates agree within SGEMM_SWING (only those runs count), else the smallest swing
+    of any (every run counts, and the ratio does not stand)."""
+    import limits
+
+    each = [(t / limits.floor_s(flops, 0.5 * (before + after)), 0.5 * (before + after),
+             max(before, after) / min(before, after)) for t, before, after in runs]
+    steady = [e for e in each if e[2] <= SGEMM_SWING]
+    use = steady or each
+    return (statistics.median(e[0] for e in use), statistics.median(e[1] for e in use),
+            None if steady else min(e[2] for e in each))
 
 
 def add_limits(rows: list[dict], machine_limits: dict) -> None:
     """Each row with operations counted: its floor, and each engine's time against it, in place.
-    The floor's SGEMM rate is the row's own, measured just before and after its timed runs (the
-    mean of the two), where it has one: on a VM whose speed drifts over a run, a rate measured
-    minutes away from the runs it divides is off by as much as the machine drifts (one 2-core VM's
-    reference rate measured 255 and 324 GFLOP/s an hour apart). Else its thread count's rate
+    Where a row has its runs' SGEMM brackets (``runs_ours``, ``runs_oracle``: see
+    :func:`alternate_bracketed`), each engine's ratio is the median over its runs of each run's
+    time over the floor at the rate measured just before and just after that run, and the floor
+    shown is at the median of ours' rates: on a VM whose speed drifts within seconds, a rate
+    measured a minute from the run it divides is off by as much as the machine drifts (one 2-core
+    VM's reference rate read 155 and 353 GFLOP/s within an hour). Else its thread count's rate
     from ``machine_limits`` (threads -> limits measured after the rows)."""
     import limits
 
     for r in rows:
         lim = machine_limits.get(r.get("threads"))
-        if not r.get("flops") or (lim is None and "sgemm_gflops_paired" not in r):
+        if not r.get("flops") or (lim is None and "runs_ours" not in r):
             continue
-        rate = r.get("sgemm_gflops_paired") or lim["sgemm_gflops"]
-        around = sorted(r.get("sgemm_gflops_around") or [])
-        if len(around) == 2 and around[1] > SGEMM_SWING * around[0]:
-            r["floor_unsteady"] = around[1] / around[0]
-        r.update(sgemm_gflops=rate, floor_s=limits.floor_s(r["flops"], rate),
-                 ours_vs_floor=limits.ratio_to_floor(r["ours_s"], r["flops"], rate),
-                 oracle_vs_floor=limits.ratio_to_floor(r["oracle_s"], r["flops"], rate))
+        if "runs_ours" in r:
+            ours, rate, swing_ours = run_ratios(r["runs_ours"], r["flops"])
+            oracle, _, swing_oracle = run_ratios(r["runs_oracle"], r["flops"])
+            swings = [w for w in (swing_ours, swing_oracle) if w is not None]
+            if swings:
+                r["floor_unsteady"] = max(swings)
+        else:
+            rate = lim["sgemm_gflops"]
+            ours = limits.ratio_to_floor(r["ours_s"], r["flops"], rate)
+            oracle = limits.ratio_to_floor(r["oracle_s"], r["flops"], rate)
+        r.update(sgemm_gflops=rate, floor_s=limits.floor_s(r["flops"], rate), ours_vs_floor=ours,
+                 oracle_vs_floor=oracle)
         if "s2cpp_s" in r:
             r["s2cpp_vs_ours"] = r["s2cpp_s"] / r["ours_s"]
 
 
 def limits_table(rows: list[dict]) -> str:
     """Every row with a floor: operations, the SGEMM rate and floor, ours and PyTorch against it. A row
-    whose SGEMM samples around it differ by more than SGEMM_SWING has its ratios marked unsteady, and a
-    note under the table says by how much."""
+    none of whose runs (of ours, or of PyTorch's) had SGEMM samples around it within SGEMM_SWING has
+    its ratios marked unsteady, and a note under the table says by how much."""
     have = [r for r in rows if "floor_s" in r]
     if not have:
         return ""
@@ -383,9 +423,10 @@ def limits_table(rows: list[dict]) -> str:
     unsteady = [r for r in have if "floor_unsteady" in r]
     if unsteady:
         worst = max(r["floor_unsteady"] for r in unsteady)
-        lines.append(f"\nUnsteady: the SGEMM rate measured just before and just after {len(unsteady)} of these rows "
-                     f"differed by more than {100 * (SGEMM_SWING - 1):.0f} % (at most {100 * (worst - 1):.0f} %): the "
-                     "machine's speed changed while they ran, and their ratios to the floor do not stand.")
+        lines.append(f"\nUnsteady: in {len(unsteady)} of these rows the SGEMM rate measured just before and just after "
+                     f"each run of one engine differed by more than {100 * (SGEMM_SWING - 1):.0f} % (in the worst row, by "
+                     f"{100 * (worst - 1):.0f} % around its steadiest run): the machine's speed changed while they "
+                     "ran, and their ratios to the floor do not stand.")
     return "\n".join(lines)
 
 

@@ -207,38 +207,63 @@ def test_rows_get_their_floor_at_their_thread_count():
     assert "(190.0 / 8.0 / 2.0, not counted: CUSTOM:new_kernel x3) |" in bench_codec.limits_table(rows)
 
 
-def test_a_rows_own_sgemm_rate_sets_its_floor():
-    """A row with a rate measured around its own runs takes that one, not the run's later one."""
+def test_each_run_is_divided_by_the_sgemm_rate_measured_around_it():
+    """A row with its runs' SGEMM brackets takes them, not the run's later rate: each run's time over
+    the floor at the mean of the rates just before and after it, the median of those ratios."""
     import bench_codec
 
+    # 200 GFLOP; ours 3 s at 80, 2 s at 100 (the machine sped up), 3.3 s at 60: 1.2x, 1.0x, 0.99x
     row = dict(task="decode", threads=2, seconds=1.4, dtype="f16", precision="f32", ours_s=3.0, oracle_s=6.0,
                flops=200e9, flops_products=200e9, flops_transforms=0, flops_elementwise=0,
-               sgemm_gflops_paired=80.0)
-    other = dict(row, threads=1)  # no run-level limits at 1 thread: its own rate is enough
+               runs_ours=[(3.0, 78.0, 82.0), (2.0, 100.0, 100.0), (3.3, 60.0, 60.0)],
+               runs_oracle=[(6.0, 82.0, 78.0), (4.0, 100.0, 100.0), (6.6, 60.0, 60.0)])
+    other = dict(row, threads=1)  # no run-level limits at 1 thread: its own rates are enough
+    del other["runs_ours"]  # nor rates of its own: no floor
     bench_codec.add_limits([row, other], {2: {"sgemm_gflops": 100.0}})
-    assert row["sgemm_gflops"] == 80.0 and row["floor_s"] == pytest.approx(2.5)
-    assert row["ours_vs_floor"] == pytest.approx(1.2)
-    assert other["floor_s"] == pytest.approx(2.5)
-    assert "| 80 | 2.500 | 3.000 | 1.20x |" in bench_codec.limits_table([row])
+    assert row["ours_vs_floor"] == pytest.approx(1.0) and row["oracle_vs_floor"] == pytest.approx(2.0)
+    assert row["sgemm_gflops"] == 80.0 and row["floor_s"] == pytest.approx(2.5)  # the median rate
+    assert "floor_unsteady" not in row and "floor_s" not in other
+    # one rate for the whole row would have read the drift as speed: 3.0 s / (200 / 100) = 1.5x
+    assert "| 80 | 2.500 | 3.000 | 1.00x | 6.000 | 2.00x |" in bench_codec.limits_table([row])
 
 
-def test_rows_whose_sgemm_moved_around_them_are_marked_unsteady():
-    """Ratios to the floor stand only where the SGEMM samples before and after a row agree within
-    SGEMM_SWING; past it both ratios are marked and a note under the table gives the swing."""
+def test_runs_whose_sgemm_moved_around_them_do_not_count():
+    """A run's ratio stands only where the SGEMM samples before and after it agree within
+    SGEMM_SWING; a row with no such run of an engine has both ratios marked, and a note under the
+    table gives the swing of its steadiest run."""
     import bench_codec
 
     base = dict(task="decode", threads=2, seconds=1.4, dtype="f16", precision="f32", ours_s=3.0, oracle_s=6.0,
                 flops=200e9, flops_products=200e9, flops_transforms=0, flops_elementwise=0)
-    steady = dict(base, sgemm_gflops_paired=100.0, sgemm_gflops_around=[105.0, 95.0])  # 1.105x
-    moved = dict(base, task="encode", sgemm_gflops_paired=241.0, sgemm_gflops_around=[282.7, 199.9])  # 1.41x
+    # the second run's samples moved 1.41x: it does not count, the others give 1.5x and 3.0x
+    steady = dict(base, runs_ours=[(3.0, 105.0, 95.0), (1.0, 282.7, 199.9), (3.0, 100.0, 100.0)],
+                  runs_oracle=[(6.0, 95.0, 105.0), (6.0, 100.0, 100.0)])
+    moved = dict(base, task="encode", runs_ours=[(3.0, 282.7, 199.9), (3.0, 150.0, 100.0)],
+                 runs_oracle=[(6.0, 100.0, 100.0)])
     bench_codec.add_limits([steady, moved], {})
     assert "floor_unsteady" not in steady and moved["floor_unsteady"] == pytest.approx(282.7 / 199.9)
+    assert steady["ours_vs_floor"] == pytest.approx(1.5) and steady["oracle_vs_floor"] == pytest.approx(3.0)
     table = bench_codec.limits_table([steady, moved])
     print(table)
     assert "| 2.000 | 3.000 | 1.50x | 6.000 | 3.00x |" in table  # the steady row, unmarked
     assert table.count("(unsteady)") == 2
-    assert "1 of these rows differed by more than 15 % (at most 41 %)" in table
+    assert "in 1 of these rows" in table and "by 41 % around its steadiest run" in table
     assert "Unsteady" not in bench_codec.limits_table([steady])
+
+
+def test_alternate_bracketed_samples_the_rate_between_every_two_runs(monkeypatch):
+    """Ours and theirs alternate; a rate sample sits between every two timed runs, each run's
+    bracket the samples on either side of it."""
+    import bench_codec
+
+    rates, calls = iter([10.0, 11.0, 12.0, 13.0, 14.0]), []
+    monkeypatch.setattr(bench_codec, "paired_sgemm_gflops", lambda threads: next(rates))
+    monkeypatch.setattr(bench_codec, "SETTLE_S", 0.0)
+    ours, theirs = bench_codec.alternate_bracketed(lambda: calls.append("a"), lambda: calls.append("b"), 2, 2)
+    assert calls == ["a", "b"] * 3  # a warm-up of each, then 2 reps
+    assert [r[1:] for r in ours] == [(10.0, 11.0), (12.0, 13.0)]
+    assert [r[1:] for r in theirs] == [(11.0, 12.0), (13.0, 14.0)]
+    assert all(r[0] >= 0 for r in ours + theirs)
 
 
 def test_one_stream_target_takes_the_bandwidth_measured_around_it():
