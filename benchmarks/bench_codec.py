@@ -143,15 +143,12 @@ def alternate_bracketed(ours, theirs, reps: int, threads: int) -> tuple[list, li
     after), ours then theirs."""
     ours(), theirs()
     a, b = [], []
-    rate = paired_sgemm_gflops(threads)
+    rates = [paired_sgemm_gflops(threads)]
     for _ in range(reps):
-        t = timed_settled(ours)
-        after = paired_sgemm_gflops(threads)
-        a.append((t, rate, after))
-        t, rate = timed_settled(theirs), after
-        after = paired_sgemm_gflops(threads)
-        b.append((t, rate, after))
-        rate = after
+        for fn, runs in ((ours, a), (theirs, b)):
+            t = timed_settled(fn)
+            rates.append(paired_sgemm_gflops(threads))
+            runs.append((t, rates[-2], rates[-1]))
     return a, b
 
 

@@ -217,8 +217,8 @@ def test_each_run_is_divided_by_the_sgemm_rate_measured_around_it():
                flops=200e9, flops_products=200e9, flops_transforms=0, flops_elementwise=0,
                runs_ours=[(3.0, 78.0, 82.0), (2.0, 100.0, 100.0), (3.3, 60.0, 60.0)],
                runs_oracle=[(6.0, 82.0, 78.0), (4.0, 100.0, 100.0), (6.6, 60.0, 60.0)])
-    other = dict(row, threads=1)  # no run-level limits at 1 thread: its own rates are enough
-    del other["runs_ours"]  # nor rates of its own: no floor
+    other = dict(row, threads=1)
+    del other["runs_ours"]  # no limits at 1 thread and no rates of its own: no floor
     bench_codec.add_limits([row, other], {2: {"sgemm_gflops": 100.0}})
     assert row["ours_vs_floor"] == pytest.approx(1.0) and row["oracle_vs_floor"] == pytest.approx(2.0)
     assert row["sgemm_gflops"] == 80.0 and row["floor_s"] == pytest.approx(2.5)  # the median rate
