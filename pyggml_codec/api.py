@@ -53,7 +53,8 @@ def load(
     ``lowerings`` overrides the per-backend choice of graph lowerings (``codec.plan``):
     ``mask`` ("diag_mask_inf"/"explicit"), ``conv_transpose`` ("col2im"/"ggml"),
     ``left_pad`` ("pad_ext"/"concat"), ``kernels`` (True/False: compiled CPU kernels),
-    ``attention`` ("blocked": window attention in query blocks, the CPU default; "full"),
+    ``attention`` ("fused": window attention in one compiled op over the visible scores, the CPU
+    default; "blocked": in query blocks through ggml's ops; "full"),
     ``matmul`` ("blas": F32 products by the OpenBLAS numpy ships, the CPU default where it is
     found; "ggml"), ``conv`` ("winograd": the residual units' dilated convs by Winograd F(4,7),
     10 BLAS GEMMs per 4 outputs, in "f32" precision, the CPU default with the BLAS; "taps":

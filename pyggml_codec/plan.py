@@ -69,7 +69,7 @@ class Plan:
     conv_transpose: Literal["col2im", "ggml"]
     left_pad: Literal["pad_ext", "concat"]
     kernels: bool  # the compiled CPU kernels (kernels.py)
-    attention: Literal["blocked", "full"]
+    attention: Literal["fused", "blocked", "full"]
     matmul: Literal["blas", "ggml"]  # F32 products through the BLAS numpy ships, or ggml's mul_mat
     conv: Literal["winograd", "taps", "im2col"]  # the residual units' dilated convs
     quantized: Literal["native", "dequantize"]  # products with a quantized weight

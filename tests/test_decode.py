@@ -96,19 +96,23 @@ def test_fused_failure_is_remembered(tiny_model, monkeypatch):
         assert calls == [9, 10]
 
 
-def test_mask_choice(codec):
-    """Window < T gets the sliding-window mask; T <= window uses diag_mask_inf."""
+def test_mask_choice(tiny_model, codec):
+    """The masked attention forms: window < T gets the sliding-window mask; T <= window uses
+    diag_mask_inf. The CPU's default ("fused") takes no mask."""
     window = codec.config.rvq_transformer.window
     codec.clear_cache()
     codec.lowerings.clear()
     codec.decode(random_codes(_sizes(codec), window, seed=8))
-    assert codec.lowerings["quantizer.post_module.mask"] == "diag_mask_inf"
-    codec.decode(random_codes(_sizes(codec), window + 5, seed=9))  # lowerings keep every choice used
-    assert codec.lowerings["quantizer.post_module.mask"] == "diag_mask_inf+window-mask"
-    codec.clear_cache()
-    codec.lowerings.clear()
-    codec.decode(random_codes(_sizes(codec), window + 5, seed=9))
-    assert codec.lowerings["quantizer.post_module.mask"] == "window-mask"
+    assert codec.lowerings["quantizer.post_module.mask"] == "fused-window"
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"attention": "blocked"}) as masked:
+        masked.decode(random_codes(_sizes(masked), window, seed=8))
+        assert masked.lowerings["quantizer.post_module.mask"] == "diag_mask_inf"
+        masked.decode(random_codes(_sizes(masked), window + 5, seed=9))  # lowerings keep every choice used
+        assert masked.lowerings["quantizer.post_module.mask"] == "diag_mask_inf+window-mask"
+        masked.clear_cache()
+        masked.lowerings.clear()
+        masked.decode(random_codes(_sizes(masked), window + 5, seed=9))
+        assert masked.lowerings["quantizer.post_module.mask"] == "window-mask"
 
 
 def test_clamp_warns_with_counts(codec):

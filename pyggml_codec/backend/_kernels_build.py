@@ -6,7 +6,8 @@ fields of ``struct ggml_tensor`` (ggml 0.15.3); ``kernels.py`` checks those offs
 against the binding's own struct before using them. The C sources are in ``csrc/``:
 ``elementwise.c`` (Snake, fused bias passes, F16 im2col, col2im, transposes), ``blas.c`` (products and
 per-tap convs through a CBLAS sgemm), ``winograd.c`` (the Winograd conv), ``rowdot.c`` (row
-products), ``attention.c`` (streamed attention read in place from the key/value arena), ``scratch.c`` (scratch buffers kept between calls), ``pg_kernels.h``.
+products), ``attention.c`` (streamed attention read in place from the key/value arena, and a whole
+sequence's causal window attention in one op), ``scratch.c`` (scratch buffers kept between calls), ``pg_kernels.h``.
 
 Snake: ggml's ``sin`` is a scalar loop, so the 5-op chain runs at a fraction of PyTorch's
 speed; one pass with glibc's vectorized ``sinf`` (libmvec, enabled by -ffast-math) was

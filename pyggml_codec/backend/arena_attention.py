@@ -1,6 +1,10 @@
-"""Streamed attention over the key/value arena in one compiled op (csrc/attention.c): the fused
-form of the "arena" lowering's scores, mask, softmax and weighted values (graphs/transformer.py),
-which reads every stream's window where it lies in the arena instead of gathering it."""
+"""Attention in one compiled op (csrc/attention.c).
+
+* :func:`window_attention`: streamed attention over the key/value arena, the fused form of the
+  "arena" lowering's scores, mask, softmax and weighted values (graphs/transformer.py), which reads
+  every stream's window where it lies in the arena instead of gathering it.
+* :func:`causal_attention`: a whole sequence's causal sliding-window attention (the "fused"
+  attention lowering of the one-shot graphs), over the visible scores alone."""
 
 from __future__ import annotations
 
@@ -44,4 +48,51 @@ def window_attention(ctx, q, keys, values, first, mask, scale: float, keep: list
     srcs = [q, keys, values, first, mask]
     args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
     return lib.ggml_custom_4d(ctx, 0, hd * nh, tq, 1, 1, args, len(srcs), OPS["window_attention"], N_TASKS_MAX,
+                              params.ctypes.data_as(ctypes.c_void_p))
+
+
+CAUSAL_QUERY_BLOCK = 16  # csrc/attention.c's CA_QB: queries per work item, which share one span of keys
+
+
+def causal_pairs(t: int, window: int) -> int:
+    """(query, key) pairs :func:`causal_attention` computes over a sequence of ``t``: each block of
+    :data:`CAUSAL_QUERY_BLOCK` queries against the keys its span reads (its visible ones and the
+    few its first queries do not see)."""
+    pairs = 0
+    for qa in range(0, t, CAUSAL_QUERY_BLOCK):
+        qb = min(qa + CAUSAL_QUERY_BLOCK, t)
+        j0 = max(qa - window + 1, 0) if window > 0 else 0
+        pairs += (qb - qa) * (qb - j0)
+    return pairs
+
+
+def causal_attention(ctx, q, kt, v, window: int, scale: float, keep: list):
+    """Causal sliding-window attention of a whole sequence in one op (csrc/attention.c): query i
+    sees keys ``max(0, i - window + 1) .. i`` (``window`` 0: every key up to i), and only those
+    scores are computed. ``q`` F32 ne ``[hd, H, T]`` and ``v`` F32 ne ``[hd, T, Hkv]`` (each
+    head's values in time order) with rows along hd contiguous, ``kt`` contiguous F32 ne
+    ``[T, hd, Hkv]`` (the keys transposed: one row of T per head dimension); H a multiple of Hkv.
+    Returns contiguous F32 ``[hd * H, T]``, the output projection's input. Each output is summed
+    over its visible keys by arithmetic fixed by the shape: the same bits at any thread count."""
+    hd, nh, t = (int(q.contents.ne[i]) for i in range(3))
+    nkv = int(kt.contents.ne[2])
+    problems = []
+    if any(int(x.contents.type) != 0 for x in (q, kt, v)):
+        problems.append("F32 q, kt and v")
+    if any(int(x.contents.nb[0]) != 4 for x in (q, kt, v)) or not lib.ggml_is_contiguous(kt):
+        problems.append("rows along hd contiguous and kt contiguous")
+    if tuple(int(kt.contents.ne[i]) for i in range(2)) != (t, hd) or \
+            tuple(int(v.contents.ne[i]) for i in range(3)) != (hd, t, nkv):
+        problems.append(f"kt [T, hd, Hkv] and v [hd, T, Hkv] of q's T = {t} and hd = {hd}")
+    if nkv < 1 or nh % nkv or int(q.contents.ne[3]) != 1:
+        problems.append(f"H = {nh} a multiple of Hkv = {nkv}, one sequence")
+    if window < 0 or window >= 1 << 24:
+        problems.append(f"a window in [0, 2^24), got {window}")
+    if problems:
+        raise ValueError(f"causal_attention needs {'; '.join(problems)}")
+    params = np.array([scale, window], dtype=np.float32)
+    keep.append(params)
+    srcs = [q, kt, v]
+    args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
+    return lib.ggml_custom_4d(ctx, 0, hd * nh, t, 1, 1, args, len(srcs), OPS["causal_attention"], N_TASKS_MAX,
                               params.ctypes.data_as(ctypes.c_void_p))

@@ -7,7 +7,8 @@ What is counted (a multiply-add is 2 operations):
   convs' products ``2 n Cin Cout tiles`` (n points, ``tiles`` as the kernel lays them out, padded
   rows included), ``CONV_TRANSPOSE_1D`` ``2 K Cin Cout L``, the depthwise ``SSM_CONV`` ``2 K C L``
   and attention (``window_attention``, ``FLASH_ATTN_EXT``) ``4 D Nq Nk`` per head, with every
-  key of the mask's width counted;
+  key of the mask's width counted (``causal_attention``: the keys of each query block's span, as
+  the kernel reads them, and 4 softmax steps per score);
 * transforms: Winograd's input ``2 n n Cin tiles`` and output ``2 m n Cout tiles`` (dense
   tables, as the kernel applies them);
 * elementwise: output elements times a per-op step count (Snake 5, bias + Snake 6, norms 4,
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 
 from .binding import buffer_is_weights, lib
 from .runtime import op_name
-from . import kernels
+from . import arena_attention, kernels
 
 MOVE_OPS = frozenset({"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "CONT", "CPY", "DUP", "CONCAT", "PAD",
                       "GET_ROWS", "SET_ROWS", "IM2COL", "DIAG_MASK_INF", "DIAG_MASK_ZERO", "REPEAT", "ARGSORT"})
@@ -39,7 +40,7 @@ KERNEL_STEPS = {"snake": 5, "bias_snake": 6, "add_bias_residual": 2}
 MOVE_KERNELS = frozenset({"im2col", "transpose"})
 PRODUCT_KERNELS = frozenset({"mul_mat_blas", "mul_mat_rowdot", "mul_mat_f16dot"})  # ggml_mul_mat's shapes
 COUNTED_KERNELS = (KERNEL_STEPS.keys() | MOVE_KERNELS | PRODUCT_KERNELS
-                   | {"col2im", "conv_taps", "conv_wino", "conv_wino_input", "window_attention"})
+                   | {"col2im", "conv_taps", "conv_wino", "conv_wino_input", "window_attention", "causal_attention"})
 CATEGORIES = ("products", "transforms", "elementwise")
 
 
@@ -98,14 +99,14 @@ def _src(node, i: int):
     return s if s else None
 
 
-def _params(node, n: int) -> list[int]:
-    """The first ``n`` int64 of the parameter block a custom op of ``kernels`` was made with:
-    ggml stores {callback, n_tasks, userdata} in the node's op parameters."""
+def _params(node, n: int, ctype=ctypes.c_int64) -> list:
+    """The first ``n`` values (int64, or ``ctype``) of the parameter block a custom op of
+    ``kernels`` was made with: ggml stores {callback, n_tasks, userdata} in the node's op parameters."""
     base = ctypes.addressof(node.contents) + lib.ggml_tensor.op_params.offset
     address = ctypes.c_void_p.from_address(base + 2 * ctypes.sizeof(ctypes.c_void_p)).value
     if not address:
         raise ValueError("custom op without its parameter block")
-    return list((ctypes.c_int64 * n).from_address(address))
+    return list((ctype * n).from_address(address))
 
 
 def _product(a, b) -> tuple[int, tuple[int, int, int]]:
@@ -190,6 +191,11 @@ def _count_custom(node, op: str, out: FlopCount) -> None:
         g = _wino_geometry(node)
         length, cin = _ne(_src(node, 0))[:2]
         out.add(label, "transforms", 2 * g["n"] * g["n"] * cin * _wino_tiles(length, g))
+    elif kernel == "causal_attention":  # q ne [hd, H, T]; userdata float [scale, window]
+        hd, h, t = _ne(_src(node, 0))[:3]
+        pairs = arena_attention.causal_pairs(t, int(_params(node, 2, ctypes.c_float)[1]))
+        out.add(label, "products", 4 * hd * h * pairs)
+        out.add(label, "elementwise", 4 * h * pairs)  # the softmax
     elif kernel == "window_attention":  # q ne [hd, H, Nq], mask ne [T, n, 1, B]
         hd, h, nq = _ne(_src(node, 0))[:3]
         t = _ne(_src(node, 4))[0] if _src(node, 4) is not None else _ne(_src(node, 1))[1]

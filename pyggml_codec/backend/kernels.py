@@ -47,6 +47,7 @@ SYMBOLS = {  # op -> (C function, ggml callback type)
     "transpose": ("pg_transpose", lib.ggml_custom_op_t),
     "mul_mat_rowdot": ("pg_mul_mat_rowdot", lib.ggml_custom_op_t),
     "window_attention": ("pg_window_attention", lib.ggml_custom_op_t),
+    "causal_attention": ("pg_causal_attention", lib.ggml_custom_op_t),
     "mul_mat_f16dot": ("pg_mul_mat_f16dot", lib.ggml_custom_op_t),
 }
 # The exact build (_kernels_exact: no -ffast-math, no contraction) of the elementwise kernels and

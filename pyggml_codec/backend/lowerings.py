@@ -19,7 +19,7 @@ LOWERING_CHOICES = {
     "conv_transpose": ("col2im", "ggml"),
     "left_pad": ("pad_ext", "concat"),
     "kernels": (True, False),
-    "attention": ("blocked", "full"),
+    "attention": ("fused", "blocked", "full"),
     "matmul": ("blas", "ggml"),
     "conv": ("winograd", "taps", "im2col"),
     "quantized": ("native", "dequantize"),
@@ -75,9 +75,11 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None, exact: boo
         "conv_transpose": "col2im" if support["col2im_1d"] else "ggml",
         "left_pad": "pad_ext" if support["pad_left"] else "concat",
         "kernels": backend.is_cpu,
-        # Sliding-window attention in query blocks over overlapping strided key views: linear
-        # in length. Verified on the CPU; GPUs keep the full masked form (cheap there).
-        "attention": "blocked" if backend.is_cpu else "full",
+        # The CPU: a whole sequence's sliding-window attention in one compiled op over the visible
+        # scores alone ("fused", arena_attention.causal_attention); without the kernels, in query
+        # blocks over overlapping strided key views ("blocked"); both linear in length. GPUs keep
+        # the full masked form (cheap there).
+        "attention": ("fused" if kernels.AVAILABLE else "blocked") if backend.is_cpu else "full",
         # F32 products through the BLAS numpy ships (kernels.py): 1.2-3.8x ggml's F32 mul_mat
         # on the CPU; F16 products stay with ggml.
         "matmul": "blas" if blas else "ggml",
@@ -115,6 +117,11 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None, exact: boo
             raise ValueError("kv='arena' lends host memory to the graph: the CPU backend only")
         if key == "kernels" and value and not backend.is_cpu:
             raise ValueError("custom kernels run on the CPU backend only")
+        if key == "attention" and value == "fused":
+            if not backend.is_cpu:
+                raise ValueError("attention='fused' is a compiled kernel: the CPU backend only")
+            if not kernels.AVAILABLE:
+                raise ValueError(f"attention='fused' needs the compiled kernels: {kernels.UNAVAILABLE_REASON}")
         if key == "matrices" and value == "stored" and not exact and not (blas and kernels.ROWDOT):
             raise ValueError("matrices='stored' in f32 precision needs the CPU backend's row-product kernel")
         if key in ("matmul", "conv") and value in ("blas", "taps", "winograd"):
@@ -127,11 +134,15 @@ def choose_lowerings(backend: Backend, overrides: dict | None = None, exact: boo
         if (overrides or {}).get("matrices") == "stored":
             raise ValueError("matrices='stored' in f32 precision needs matmul='blas' (the row-product kernel)")
         plan["matrices"] = "f32"  # ggml's F16 product would round the activations to F16
-    if not plan["kernels"]:  # the BLAS lowerings are compiled kernels too
+    if not plan["kernels"]:  # the BLAS lowerings and the fused attention are compiled kernels too
         for key, plain in (("matmul", "ggml"), ("conv", "im2col")):
             if (overrides or {}).get(key, plain) != plain:
                 raise ValueError(f"{key}={overrides[key]!r} needs the compiled kernels (kernels=True)")
             plan[key] = plain
+        if plan["attention"] == "fused":
+            if (overrides or {}).get("attention") == "fused":
+                raise ValueError("attention='fused' needs the compiled kernels (kernels=True)")
+            plan["attention"] = "blocked"
     if plan["conv_transpose"] == "ggml" and not support["conv_transpose_1d"]:
         raise BackendError(f"backend {backend.name} supports neither COL2IM_1D nor CONV_TRANSPOSE_1D")
     if backend.is_cpu and plan["kernels"]:  # kernels=False, or a plain matmul, is the user's choice

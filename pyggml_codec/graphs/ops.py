@@ -124,7 +124,7 @@ class Builder:
     keep: list = field(default_factory=list)  # host memory custom ops read while the graph lives
     conv_transpose: str = "col2im"  # or "ggml" (ggml_conv_transpose_1d on the file's layout)
     left_pad: str = "pad_ext"  # or "concat" (backends without left padding)
-    attention: str = "full"  # or "blocked": windowed attention in blocks (transformer.py)
+    attention: str = "full"  # or "blocked": windowed attention in blocks; "fused": one compiled op (transformer.py)
     matmul: str = "ggml"  # or "blas": F32 products by the BLAS kernel (CPU backend only)
     conv: str = "im2col"  # residual-unit convs as a BLAS GEMM per tap ("taps") or by Winograd
     # F(4,7) ("winograd"), over the signal in place (CPU, f32)

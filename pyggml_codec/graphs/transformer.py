@@ -237,6 +237,21 @@ def uses_blocked_attention(g: Builder, n: int, window: int) -> bool:
     return g.attention == "blocked" and g.stream is None and 0 < window and n > 2 * window
 
 
+def uses_fused_attention(g: Builder) -> bool:
+    """The "fused" lowering: a whole sequence's attention in one compiled op (CPU, "f32")."""
+    return g.attention == "fused" and g.stream is None
+
+
+def _fused_attention(g: Builder, q: Tensor, k: Tensor, v: Tensor, cfg: TransformerConfig) -> Tensor:
+    """Causal window attention over the visible scores alone (arena_attention.causal_attention):
+    the keys transposed and the values gathered by head once, q read where it lies. Returns
+    [hd * H, T]."""
+    kt = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, k, 1, 2, 0, 3))  # [T, hd, Hkv]
+    vh = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, v, 0, 2, 1, 3))  # [hd, T, Hkv]
+    return arena_attention.causal_attention(g.ctx, q, kt, vh, max(cfg.window, 0), 1.0 / float(np.sqrt(cfg.head_dim)),
+                                            g.keep)
+
+
 def attention(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tensor, mask: Tensor | None,
               arena: ops.KVArena | None = None) -> Tensor:
     """Multi-head causal self-attention of CL ``x`` [dim, T] (after carried keys when streamed;
@@ -246,6 +261,8 @@ def attention(g: Builder, x: Tensor, w: dict, cfg: TransformerConfig, pos: Tenso
     q, k = _rope(g, q, pos, cfg), _rope(g, k, pos, cfg)
     if arena is not None:
         return ops.mul_mat(g, w["attention.wo.weight"], _arena_attention(g, q, k, v, cfg, mask, arena))
+    if uses_fused_attention(g):
+        return ops.mul_mat(g, w["attention.wo.weight"], _fused_attention(g, q, k, v, cfg))
     if uses_blocked_attention(g, n, cfg.window):
         out = _blocked_attention(g, q, k, v, cfg, mask)
         out = lib.ggml_cont(g.ctx, lib.ggml_permute(g.ctx, out, 0, 2, 1, 3))  # [hd, H, T]
@@ -295,7 +312,10 @@ def transformer(g: Builder, x: Tensor, weights, prefix: str, cfg: TransformerCon
     else:
         pos = positions_input(g, n, f"{prefix}.pos"[-60:])
         mask_name = f"{prefix}.mask"[-60:]
-        if uses_blocked_attention(g, n, cfg.window):
+        if uses_fused_attention(g):
+            g.lowerings[mask_name] = "fused-window"
+            mask = None
+        elif uses_blocked_attention(g, n, cfg.window):
             g.lowerings[mask_name] = "blocked-window"
             mask = g.input(mask_name, blocked_mask(n, cfg.window))
         else:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyggml_codec.backend import binding, flops, kernels, winograd_conv, winograd_tables
+from pyggml_codec.backend import arena_attention, binding, flops, kernels, winograd_conv, winograd_tables
 from pyggml_codec.backend.binding import lib
 from pyggml_codec.backend.ggml_graph import WeightBuffer, new_context
 from pyggml_codec.backend.runtime import cpu_backend
@@ -86,6 +86,25 @@ def test_blas_product_and_per_tap_conv(ctx):
 def test_every_compiled_kernel_has_a_rule():
     """A new kernel without a rule would drop out of the count (and the floor) unnoticed."""
     assert set(kernels.SYMBOLS) <= flops.COUNTED_KERNELS, set(kernels.SYMBOLS) - flops.COUNTED_KERNELS
+
+
+@needs_kernels
+@pytest.mark.parametrize("t,window,pairs", [
+    (40, 0, 16 * 16 + 16 * 32 + 8 * 40),  # plain causal: each block of 16 queries against every key up to its last
+    (40, 8, 16 * 16 + 16 * 23 + 8 * 15),  # block 1 reads keys 9..31, block 2 keys 25..39
+    (40, 100, 16 * 16 + 16 * 32 + 8 * 40),  # a window past the sequence: plain causal
+])
+def test_causal_attention_counts_the_spans_it_reads(ctx, t, window, pairs):
+    """4 hd per (query, key) pair of each query block's span, and 4 softmax steps per pair."""
+    keep: list = []
+    hd, heads, kv_heads = 16, 4, 2
+    q = binding.new_tensor(ctx, F32, (hd, heads, t))
+    kt = binding.new_tensor(ctx, F32, (t, hd, kv_heads))
+    v = binding.new_tensor(ctx, F32, (hd, t, kv_heads))
+    assert arena_attention.causal_pairs(t, window) == pairs
+    count = flops.count_graph(_graph(ctx, arena_attention.causal_attention(ctx, q, kt, v, window, 0.25, keep)))
+    assert count.products == 4 * hd * heads * pairs and count.elementwise == 4 * heads * pairs
+    assert count.uncounted == {}
 
 
 @needs_kernels

@@ -31,6 +31,8 @@ PLANS = {
     "conv-transpose-op": {"conv_transpose": "ggml"},
     "cpu-kernels": {"kernels": True},
     "full-attention": {"attention": "full"},
+    "blocked-attention": {"attention": "blocked"},
+    "fused-attention": {"attention": "fused"},
     "ggml-matmul": {"matmul": "ggml"},
     "im2col-conv": {"conv": "im2col"},
     "blas": {"matmul": "blas", "conv": "taps"},
@@ -69,7 +71,8 @@ def test_lowering_matches_oracle(tiny_model, name, require):
         elif key == "kernels":
             assert used["snake"] == ("custom" if value else "chain")
         elif key == "attention":
-            assert used["quantizer.post_module.mask"] == ("window-mask" if value == "full" else "blocked-window")
+            want = {"full": "window-mask", "blocked": "blocked-window", "fused": "fused-window"}[value]
+            assert used["quantizer.post_module.mask"] == want
         elif key == "matmul":  # "blas": the BLAS kernel or the row kernel (every F32 product with AVX-512)
             ran = set(used[key].split("+"))
             assert used[key] == value if value == "ggml" else ran & {"blas", "rowdot"}, used[key]
@@ -79,36 +82,39 @@ def test_lowering_matches_oracle(tiny_model, name, require):
             assert used["conv1d"] == "taps", used
 
 
+@pytest.mark.parametrize("attention", ["blocked", "fused"])
 @pytest.mark.parametrize("frames", [17, 24, 41])  # > 2 windows (8): blocked; a partial last block
-def test_blocked_window_attention_equals_full(tiny_model, frames):
-    """The CPU's blocked sliding-window attention (2W keys per block of W queries) against
-    the full T x T masked form, decode and encode (the RVQ transformers, window 8)."""
+def test_window_attention_lowerings_equal_full(tiny_model, frames, attention):
+    """The CPU's sliding-window attention, blocked (2W keys per block of W queries) or fused (one
+    compiled op over the visible scores alone), against the full T x T masked form, decode and
+    encode (the RVQ transformers, window 8)."""
     codes = random_codes((64,) + (32,) * 9, frames, seed=frames)
     x = signal(frames * 2048 - 999, seed=frames)
-    with pyggml_codec.load(tiny_model.f32_path, backend="cpu") as a, \
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"attention": attention}) as a, \
             pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"attention": "full"}) as b:
         a.decode_chunk_frames = b.decode_chunk_frames = None  # one graph: the streamed one has its own mask
         ya, ea = a.decode(codes), a.encode_stages(x)
-        assert a.lowerings["quantizer.post_module.mask"] == "blocked-window"
-        assert a.lowerings["quantizer.pre_module.mask"] == "blocked-window"
+        assert a.lowerings["quantizer.post_module.mask"] == f"{attention}-window"
+        assert a.lowerings["quantizer.pre_module.mask"] == f"{attention}-window"
         yb, eb = b.decode(codes), b.encode_stages(x)
         assert b.lowerings["quantizer.post_module.mask"] == "window-mask"
-    report(f"blocked vs full attention decode, {frames} frames", ya, yb)
-    report(f"blocked vs full attention pre_module, {frames} frames", ea.stages["pre_module"], eb.stages["pre_module"])
+    report(f"{attention} vs full attention decode, {frames} frames", ya, yb)
+    report(f"{attention} vs full attention pre_module, {frames} frames", ea.stages["pre_module"], eb.stages["pre_module"])
     np.testing.assert_allclose(ya, yb, rtol=0, atol=1e-6)
-    # measured max abs: decode 2.4e-7 to 3.7e-7, pre_module 2.4e-7 to 7.2e-7 (17-41 frames)
+    # measured max abs: decode 2.4e-7 to 3.7e-7, pre_module 2.4e-7 to 7.2e-7 (17-41 frames, both lowerings)
     np.testing.assert_allclose(ea.stages["pre_module"], eb.stages["pre_module"], rtol=0, atol=3e-6)
     flips = ea.codes != eb.codes  # the pre_module differs by up to 7e-7: only a near-tie may flip
-    print(f"blocked vs full attention: {int(flips.sum())} of {flips.size} codes differ (bound: near-ties only)")
+    print(f"{attention} vs full attention: {int(flips.sum())} of {flips.size} codes differ (bound: near-ties only)")
     assert np.all(eb.margins[flips] < 1e-4), "only near-ties may flip"
-    rel, _ = report("blocked attention decode vs oracle", ya, oracle.decode(tiny_model.model, codes))
+    rel, _ = report(f"{attention} attention decode vs oracle", ya, oracle.decode(tiny_model.model, codes))
     assert rel <= F32_REL_RMS
 
 
 def test_explicit_causal_mask_used_when_window_covers_sequence(tiny_model):
     codes = random_codes((64,) + (32,) * 9, 6, seed=3)  # 6 <= window 8: plain causal
-    with pyggml_codec.load(tiny_model.f32_path, backend="cpu") as a, \
-            pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"mask": "explicit"}) as b:
+    masked = {"attention": "blocked"}  # the masked forms ("fused" takes no mask)
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings=masked) as a, \
+            pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={**masked, "mask": "explicit"}) as b:
         ya, yb = a.decode(codes), b.decode(codes)
         assert a.lowerings["quantizer.post_module.mask"] == "diag_mask_inf"
         assert b.lowerings["quantizer.post_module.mask"] == "causal-mask"
@@ -120,14 +126,18 @@ def test_cpu_plan_and_bad_overrides(tiny_model):
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu") as codec:
         blas = kernels.BLAS is not None
         assert codec.plan.as_dict() == {"precision": "f32", "mask": "diag_mask_inf", "conv_transpose": "col2im", "left_pad": "pad_ext",
-                              "kernels": True, "attention": "blocked", "matmul": "blas" if blas else "ggml",
+                              "kernels": True, "attention": "fused" if kernels.AVAILABLE else "blocked", "matmul": "blas" if blas else "ggml",
                               "conv": "winograd" if blas else "im2col", "quantized": "dequantize",
                               "matrices": "stored" if blas and kernels.ROWDOT else "f32", "kv": "arena",
                               "products": "f32", "decode": "split", "decode_chunk_frames": 32}
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"kernels": False}) as codec:
-        assert (codec.plan.matmul, codec.plan.conv) == ("ggml", "im2col")
+        assert (codec.plan.matmul, codec.plan.conv, codec.plan.attention) == ("ggml", "im2col", "blocked")
     with pytest.raises(ValueError, match="needs the compiled kernels"):
         pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"kernels": False, "conv": "taps"})
+    with pytest.raises(ValueError, match="attention='fused' needs the compiled kernels"):
+        pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"kernels": False, "attention": "fused"})
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", precision="s2cpp") as codec:
+        assert codec.plan.attention == "full"
     with pytest.raises(ValueError, match="matrices='stored' in f32 precision needs"):
         pyggml_codec.load(tiny_model.f32_path, backend="cpu", lowerings={"matmul": "ggml", "matrices": "stored"})
     with pytest.raises(ValueError, match="unknown lowering"):
@@ -443,7 +453,7 @@ def test_per_op_profile_runs_every_node(tiny_model):
         np.testing.assert_array_equal(codec.decode(codes), want)
     ops_seen = {op for op, _, _ in rows}
     print(f"{len(rows)} nodes, {1000 * sum(t for _, _, t in rows):.1f} ms; ops: {sorted(ops_seen)}")
-    assert {"CUSTOM:im2col", "SOFT_MAX", "CUSTOM:col2im"} <= ops_seen  # custom ops are named by kernel
+    assert {"CUSTOM:im2col", "CUSTOM:causal_attention", "CUSTOM:col2im"} <= ops_seen  # custom ops are named by kernel
     if kernels.BLAS is not None:
         assert {"CUSTOM:conv_taps", "MAP_CUSTOM2:snake"} <= ops_seen
         assert ops_seen & {"CUSTOM:mul_mat_blas", "CUSTOM:mul_mat_rowdot"}  # F32 products by rows with AVX-512

@@ -131,6 +131,7 @@ void pg_col2im(void * dst, int ith, int nth, void * userdata);
 void pg_transpose(void * dst, int ith, int nth, void * userdata);
 void pg_mul_mat_rowdot(void * dst, int ith, int nth, void * userdata);
 void pg_window_attention(void * dst, int ith, int nth, void * userdata);
+void pg_causal_attention(void * dst, int ith, int nth, void * userdata);
 int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int a_kind, const float * b, int64_t ldb,
               float beta, float * c, int64_t csi, int64_t csj, int64_t panel);
 int pg_rowdot_lanes(void);  /* floats per vector of the row products; 0: not built */
