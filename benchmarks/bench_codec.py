@@ -254,7 +254,7 @@ def bench_streaming(codec, codes, seconds: float, reps: int) -> list[dict]:
 
 VARIANTS = {"plain-ggml-ops": {"kernels": False}, "conv_transpose_1d": {"conv_transpose": "ggml"},
             "no-blas": {"matmul": "ggml", "conv": "im2col"}, "im2col-conv": {"conv": "im2col"},
-            "per-tap-conv": {"conv": "taps"}}
+            "per-tap-conv": {"conv": "taps"}, "blocked-attention": {"attention": "blocked"}}
 
 
 def bench_variants(path: Path, dtype: str, precision: str, threads: int, reps: int) -> list[dict]:
