@@ -68,8 +68,8 @@ def causal_pairs(t: int, window: int) -> int:
 
 def causal_attention(ctx, q, kt, v, window: int, scale: float, keep: list):
     """Causal sliding-window attention of a whole sequence in one op (csrc/attention.c): query i
-    sees keys ``max(0, i - window + 1) .. i`` (``window`` 0: every key up to i), and only those
-    scores are computed. ``q`` F32 ne ``[hd, H, T]`` and ``v`` F32 ne ``[hd, T, Hkv]`` (each
+    sees keys ``max(0, i - window + 1) .. i`` (``window`` 0: every key up to i); each block of
+    :data:`CAUSAL_QUERY_BLOCK` queries is scored against its span of keys alone (:func:`causal_pairs`). ``q`` F32 ne ``[hd, H, T]`` and ``v`` F32 ne ``[hd, T, Hkv]`` (each
     head's values in time order) with rows along hd contiguous, ``kt`` contiguous F32 ne
     ``[T, hd, Hkv]`` (the keys transposed: one row of T per head dimension); H a multiple of Hkv.
     Returns contiguous F32 ``[hd * H, T]``, the output projection's input. Each output is summed

@@ -52,8 +52,8 @@ class CodecGraphs:
                            keep_stages=keep_stages, snake_kernel=fast_cpu, im2col_kernel=fast_cpu,
                            exact_kernels=exact,
                            conv_transpose=plan.conv_transpose, left_pad=plan.left_pad,
-                           attention=plan.attention if plan.attention != "fused" or (fast_cpu and not exact)
-                           else "blocked", matmul=plan.matmul if fast_cpu else "ggml",
+                           attention="blocked" if plan.attention == "fused" and not fast_cpu else plan.attention,
+                           matmul=plan.matmul if fast_cpu else "ggml",
                            conv=layout if layout != "conv" and fast_cpu else "im2col", ru_weights=layout,
                            quantized=plan.quantized, kv=plan.kv,
                            attention_kernel=fast_cpu and not exact and arena_attention.WINDOW_ATTENTION)

@@ -266,7 +266,7 @@ void pg_causal_attention(void * dst_, int ith, int nth, void * userdata) {
     int64_t i0, i1;
     pg_share(nh * nqb, ith, nth, &i0, &i1);
     if (i0 >= i1) return;
-    const int64_t lds = (span + CA_KB - 1) / CA_KB * CA_KB + 16;  /* stores reach whole blocks of keys */
+    const int64_t lds = (span + 15) / 16 * 16;  /* score rows 64 bytes apart: each starts on a cache line, as the scratch does */
     int slot;
     float * s = pg_scratch_take((size_t)(CA_QB * lds), &slot);
     if (!s) return;  /* out of memory: the output is left unset */
