@@ -3,7 +3,8 @@
 What is counted (a multiply-add is 2 operations):
 
 * products: ``MUL_MAT`` and the BLAS / row-product custom ops ``2 K M N`` (times the batch),
-  ``OUT_PROD`` ``2 M P N``, the per-tap convs (``conv_taps``) ``2 Cin Cout K L``, the Winograd
+  ``OUT_PROD`` ``2 M P N``, the per-tap convs (``conv_taps``) ``2 Cin Cout K L`` (``conv_c1``, one
+  input channel: ``2 Cout K L``, and an add per output for its bias), the Winograd
   convs' products ``2 n Cin Cout tiles`` (n points, ``tiles`` as the kernel lays them out, padded
   rows included), ``CONV_TRANSPOSE_1D`` ``2 K Cin Cout L``, the depthwise ``SSM_CONV`` ``2 K C L``
   and attention (``window_attention``, ``FLASH_ATTN_EXT``) ``4 D Nq Nk`` per head, with every
@@ -40,7 +41,7 @@ KERNEL_STEPS = {"snake": 5, "bias_snake": 6, "add_bias_residual": 2}
 MOVE_KERNELS = frozenset({"im2col", "transpose"})
 PRODUCT_KERNELS = frozenset({"mul_mat_blas", "mul_mat_rowdot", "mul_mat_f16dot"})  # ggml_mul_mat's shapes
 COUNTED_KERNELS = (KERNEL_STEPS.keys() | MOVE_KERNELS | PRODUCT_KERNELS
-                   | {"col2im", "conv_taps", "conv_wino", "conv_wino_input", "window_attention", "causal_attention"})
+                   | {"col2im", "conv_taps", "conv_c1", "conv_wino", "conv_wino_input", "window_attention", "causal_attention"})
 CATEGORIES = ("products", "transforms", "elementwise")
 
 
@@ -178,6 +179,11 @@ def _count_custom(node, op: str, out: FlopCount) -> None:
     elif kernel == "conv_taps":  # w ne [Cin, Cout, K], out ne [L, Cout]
         cin, cout, k = _ne(_src(node, 0))[:3]
         out.add(label, "products", 2 * cin * cout * k * _ne(node)[0], (cout, cin, _ne(node)[0]))
+    elif kernel == "conv_c1":  # w ne [K, 1, Cout], out ne [L, Cout]; src2: the bias
+        k, _, cout = _ne(_src(node, 0))[:3]
+        out.add(label, "products", 2 * k * cout * _ne(node)[0], (cout, k, _ne(node)[0]))
+        if _src(node, 2):
+            out.add(label, "elementwise", _elements(node))
     elif kernel == "conv_wino":  # u ne [Cin, Cout, n], out ne [L, Cout]
         g = _wino_geometry(node)
         cin, cout, n = _ne(_src(node, 0))[:3]

@@ -46,6 +46,7 @@ SYMBOLS = {  # op -> (C function, ggml callback type)
     "col2im": ("pg_col2im", lib.ggml_custom_op_t),
     "transpose": ("pg_transpose", lib.ggml_custom_op_t),
     "mul_mat_rowdot": ("pg_mul_mat_rowdot", lib.ggml_custom_op_t),
+    "conv_c1": ("pg_conv_c1", lib.ggml_custom_op_t),
     "window_attention": ("pg_window_attention", lib.ggml_custom_op_t),
     "causal_attention": ("pg_causal_attention", lib.ggml_custom_op_t),
     "mul_mat_f16dot": ("pg_mul_mat_f16dot", lib.ggml_custom_op_t),
@@ -475,6 +476,37 @@ def mul_mat_rowdot(ctx, a, b, keep: list):
     ne = (int(a.contents.ne[1]), int(b.contents.ne[1]), int(b.contents.ne[2]), int(b.contents.ne[3]))
     return lib.ggml_custom_4d(ctx, 0, *ne, args, 2, OPS["mul_mat_rowdot"], N_TASKS_MAX,
                               params.ctypes.data_as(ctypes.c_void_p))
+
+
+CONV_C1_MAX_K = 16  # taps of one vector: one lane class per tap, as the row products take them
+
+
+def conv_c1_supported(w, x, b=None) -> bool:
+    """Whether :func:`conv_c1` takes a causal stride-1 conv from one channel: F32 contiguous
+    ``w [K, 1, Cout]`` (K <= CONV_C1_MAX_K), ``x [L, 1]`` and ``b`` (Cout values, or None), on the
+    16-float row products whose sums it reproduces, and a ``Cout`` those row products would take (the
+    im2col product it replaces: ``mul_mat_rowdot_supported`` of its columns and weights)."""
+    if not (ROWDOT and OPS["rowdot"] >= 16):
+        return False
+    ne_w = [int(w.contents.ne[i]) for i in range(4)]
+    ne_x = [int(x.contents.ne[i]) for i in range(4)]
+    tensors = [w, x] + ([b] if b is not None else [])
+    if any(int(t.contents.type) != 0 or not lib.ggml_is_contiguous(t) for t in tensors):
+        return False
+    if b is not None and int(lib.ggml_nelements(b)) != ne_w[2]:
+        return False
+    return (ne_w[1] == 1 and ne_w[3] == 1 and 0 < ne_w[0] <= CONV_C1_MAX_K and ne_x[1:] == [1, 1, 1]
+            and ne_w[2] <= rowdot_max_columns(0))
+
+
+def conv_c1(ctx, w, x, b=None):
+    """The causal stride-1 conv of ``x [L, 1]`` by ``w [K, 1, Cout]``, plus ``b``: ne ``[L, Cout]``
+    (channels-first), with the bits of ggml's im2col columns through :func:`mul_mat_rowdot` and
+    then the bias (``conv_c1_supported`` says where)."""
+    srcs = [w, x] + ([b] if b is not None else [])
+    args = (ctypes.POINTER(lib.ggml_tensor) * len(srcs))(*srcs)
+    return lib.ggml_custom_4d(ctx, 0, int(x.contents.ne[0]), int(w.contents.ne[2]), 1, 1, args, len(srcs),
+                              OPS["conv_c1"], N_TASKS_MAX, None)
 
 
 # --------------------------------------------------------------------------- ggml's F16 product

@@ -156,6 +156,11 @@ def conv1d(g: Builder, x_cf: Tensor, w: Tensor, b: Tensor | None, *, stride: int
         y = _in_place(g, x_cf, (k - 1) * dilation,
                       lambda x, prev, segments: kernels.conv_taps(g.ctx, wt, x, k, dilation, g.keep, prev, segments))
         return add_bias(g, y, b, out)
+    if (cin == 1 and stride == 1 and dilation == 1 and out == "CF" and g.stream is None and g.snake_kernel
+            and not g.exact_kernels and g.matmul == "blas" and kernels.conv_c1_supported(w, x_cf, b)):
+        # one input channel (the encoder's first conv): the columns' product and the bias, in one op
+        g.lowerings["conv1d"] = "one-channel"
+        return kernels.conv_c1(g.ctx, w, x_cf, b)
     cols = causal_im2col(g, x_cf, w, stride, dilation)
     w2 = reshape_2d(g, w, k * cin, cout)
     y = mul_mat(g, cols, w2) if out == "CF" else mul_mat(g, w2, cols)

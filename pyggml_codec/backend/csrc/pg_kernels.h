@@ -130,6 +130,7 @@ void pg_conv_wino_input(void * dst, int ith, int nth, void * userdata);
 void pg_col2im(void * dst, int ith, int nth, void * userdata);
 void pg_transpose(void * dst, int ith, int nth, void * userdata);
 void pg_mul_mat_rowdot(void * dst, int ith, int nth, void * userdata);
+void pg_conv_c1(void * dst, int ith, int nth, void * userdata);
 void pg_window_attention(void * dst, int ith, int nth, void * userdata);
 void pg_causal_attention(void * dst, int ith, int nth, void * userdata);
 int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int a_kind, const float * b, int64_t ldb,

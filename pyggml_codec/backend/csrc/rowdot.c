@@ -451,6 +451,52 @@ static inline __attribute__((always_inline)) void rd_tile(const int nc, const fl
             }
     }
 }
+
+/* A causal conv from one input channel (the encoder's first conv: 7 taps, 64 outputs), straight
+ * from the signal: each output gets the float operations the row products give it through ggml's
+ * im2col columns (rd_tile, rd_vertical): lane class l < K holds fma(x[t + l - (K - 1)], w_l, 0), the
+ * classes from K on hold 0, vsum's tree adds them, then the bias is added (ggml_add's value). The
+ * columns (K floats per output), their packing and the bias pass go; the 16 outputs' K inputs are
+ * K unaligned loads shared by every output channel. */
+static inline __attribute__((always_inline)) __m512 rd_c1_tree(const __m512 * xv, const float * w, int64_t k, __m512 z) {
+#ifdef __clang__
+#pragma clang fp reassociate(off)
+#endif
+    __m512 c[16], pair[8], four[4];
+    for (int l = 0; l < 16; l++) c[l] = l < k ? _mm512_fmadd_ps(xv[l], _mm512_set1_ps(w[l]), z) : z;
+    for (int l = 0; l < 8; l++) pair[l] = _mm512_add_ps(c[l], c[l + 8]);
+    for (int l = 0; l < 4; l++) four[l] = _mm512_add_ps(pair[l], pair[l + 4]);
+    return _mm512_add_ps(_mm512_add_ps(four[0], four[2]), _mm512_add_ps(four[1], four[3]));
+}
+
+/* x[i0 + lane] for 0 <= i0 + lane < len, else 0 */
+static inline __m512 rd_c1_load(const float * x, int64_t len, int64_t i0) {
+    if (i0 >= 0 && i0 + 16 <= len) return _mm512_loadu_ps(x + i0);
+    float v[16];
+    for (int i = 0; i < 16; i++) v[i] = i0 + i >= 0 && i0 + i < len ? x[i0 + i] : 0.0f;
+    return _mm512_loadu_ps(v);
+}
+
+#define PG_C1_CHUNK 2048  /* outputs per unit of work (threads take whole units) */
+static void rd_conv_c1(const float * x, int64_t len, const float * w, int64_t k, const float * bias, int64_t cout,
+                       float * y, int ith, int nth) {
+    const __m512 z = _mm512_set1_ps(pg_rd_zero);
+    const int64_t units = (len + PG_C1_CHUNK - 1) / PG_C1_CHUNK;
+    for (int64_t u = units * ith / nth; u < units * (ith + 1) / nth; u++) {
+        const int64_t t1 = (u + 1) * PG_C1_CHUNK < len ? (u + 1) * PG_C1_CHUNK : len;
+        for (int64_t t = u * PG_C1_CHUNK; t < t1; t += 16) {
+            __m512 xv[16];
+            for (int l = 0; l < 16; l++) xv[l] = z;
+            for (int64_t l = 0; l < k; l++) xv[l] = rd_c1_load(x, len, t + l - (k - 1));
+            const __mmask16 keep = t + 16 <= len ? (__mmask16) 0xFFFF : (__mmask16)((1u << (len - t)) - 1u);
+            for (int64_t o = 0; o < cout; o++) {  /* the 16 outputs' inputs loaded once for every channel */
+                __m512 v = rd_c1_tree(xv, w + o * k, k, z);
+                if (bias) v = _mm512_add_ps(v, _mm512_set1_ps(bias[o]));
+                _mm512_mask_storeu_ps(y + o * len + t, keep, v);
+            }
+        }
+    }
+}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
 #endif
@@ -840,4 +886,19 @@ void pg_mul_mat_rowdot(void * dst_, int ith, int nth, void * userdata) {
         pg_blas_leave(p + 2, prev);
         if (up_rows) pg_scratch_give(up, slot);
     }
+}
+
+/* A causal stride-1 conv from one input channel (rd_conv_c1; 16-float builds only, kernels.py
+ * checks pg_rowdot_lanes): src0 w F32 contiguous ne [K, 1, Cout] (K <= 16), src1 x F32 contiguous
+ * ne [L, 1], src2 (optional) bias F32 of Cout values; dst F32 contiguous ne [L, Cout]. Threads take
+ * pieces of time; every output's sums are the same whatever the thread count. */
+void pg_conv_c1(void * dst_, int ith, int nth, void * userdata) {
+    (void) userdata;
+    struct pg_tensor * dst = dst_;
+    const struct pg_tensor * w = dst->src[0], * x = dst->src[1], * b = dst->src[2];
+#if PG_RD_VECTOR && PG_RD_V == 16
+    rd_conv_c1(x->data, x->ne[0], w->data, w->ne[0], b ? b->data : NULL, dst->ne[1], dst->data, ith, nth);
+#else
+    (void) w; (void) x; (void) b; (void) ith; (void) nth;
+#endif
 }
