@@ -33,10 +33,9 @@ def _sixteen_lanes(require):
 OPTIONS = dict(snake_kernel=True, im2col_kernel=True, matmul="blas", conv="winograd")
 
 
-def _conv(x, w, b, fused: bool, threads: int = 2, monkeypatch=None):
-    """convs.conv1d of x [L] by w [Cout, 1, K] (+ b): numpy [Cout, L], and the lowering it took."""
-    if not fused:
-        monkeypatch.setattr(kernels, "conv_c1_supported", lambda *a, **k: False)
+def _conv(x, w, b, fused: bool, threads: int = 2):
+    """convs.conv1d of x [L] by w [Cout, 1, K] (+ b): numpy [Cout, L], and the lowering it took;
+    ``fused`` False: with conv_c1 refused, the im2col columns through the row products."""
     used = {}
 
     def build(g):
@@ -46,9 +45,10 @@ def _conv(x, w, b, fused: bool, threads: int = 2, monkeypatch=None):
         used.update(g.lowerings)
         return {"y": y}
 
-    y = run_cpu_graph(build, threads, **OPTIONS)["y"]
-    if not fused:
-        monkeypatch.undo()
+    with pytest.MonkeyPatch.context() as patch:
+        if not fused:
+            patch.setattr(kernels, "conv_c1_supported", lambda *a, **k: False)
+        y = run_cpu_graph(build, threads, **OPTIONS)["y"]
     return y.reshape(w.shape[0], x.shape[0]), used.get("conv1d")
 
 
@@ -65,7 +65,7 @@ def _reference(x, w, b) -> np.ndarray:
     (7, 64, 2049, False), (7, 5, 15, True), (7, 17, 16, True),  # tails, a signal shorter than a vector
     (1, 3, 40, True), (3, 9, 100, False), (16, 4, 33, True),  # one tap, a few, a whole vector of them
 ])
-def test_conv_c1_matches_the_im2col_product(k, cout, length, bias, monkeypatch):
+def test_conv_c1_matches_the_im2col_product(k, cout, length, bias):
     rng = np.random.default_rng(k * 1000 + cout + length)
     x = rng.standard_normal(length).astype(np.float32)
     x[: length // 4] = 0.0  # silence, and signed zeros: products of -0 must add as the tree does
@@ -74,7 +74,7 @@ def test_conv_c1_matches_the_im2col_product(k, cout, length, bias, monkeypatch):
     w[0] = -0.0
     b = rng.standard_normal(cout).astype(np.float32) if bias else None
     got, lowering = _conv(x, w, b, fused=True)
-    want, old = _conv(x, w, b, fused=False, monkeypatch=monkeypatch)
+    want, old = _conv(x, w, b, fused=False)
     assert lowering == "one-channel" and old != "one-channel", (lowering, old)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     ref = _reference(x, w, b)
