@@ -266,7 +266,7 @@ def _q8_0(a):
 
 
 def test_register_tiles_give_the_bits_of_the_row_products():
-    """Long products (16-float vectors, at least 128 rows and 32 columns, at most 2048 values per
+    """Long products (16-float vectors, at least 128 rows and 49 columns, at most 2048 values per
     row) run in register tiles that give each output the row products' float operations: the
     same lane classes, the same tree. Against the row loops (the tiles switched off), bit for bit,
     signed zeros included, F32, F16 and Q8_0 rows, C stored along either index, K with and without
@@ -279,8 +279,8 @@ def test_register_tiles_give_the_bits_of_the_row_products():
     differ = cases = 0
     worst = 0.0
     try:
-        for k, m, n in ((7, 128, 32), (64, 130, 45), (100, 161, 33), (192, 200, 100), (383, 129, 40),
-                        (1024, 256, 37), (2048, 140, 32)):
+        for k, m, n in ((7, 128, 49), (64, 130, 61), (100, 161, 50), (192, 200, 100), (383, 129, 56),
+                        (1024, 256, 53), (2048, 140, 64)):
             for kind in (0, 1, 2):
                 if kind == 2 and k % 32:
                     continue
@@ -319,16 +319,24 @@ def test_register_tiles_give_the_bits_of_the_row_products():
 
 
 def test_register_tiles_decline_short_and_long_products():
-    """Below 128 rows or 32 columns, or past 2048 values per row, the row loops run (pg_rowdot 1),
-    where the tiles' packing costs more than it saves (see rowdot.c)."""
+    """Below 128 rows or 49 columns, or past 2048 values per row, pg_rowdot's row loops run (it
+    returns 1), where the tiles cost more than they save (see rowdot.c); the Winograd products over
+    their inputs as they lie (pg_rowdot_kx) take the tiles from 32 columns."""
     _tiles_built()
+    lib = kernels.OPS["module"].lib
     rng = np.random.default_rng(44)
-    for k, m, n in ((64, 127, 64), (64, 128, 31), (2049, 128, 32), (2080, 200, 40)):
+    for k, m, n in ((256, 127, 64), (256, 128, 31), (2049, 128, 64), (2080, 200, 40), (256, 128, 32),
+                    (1024, 256, 48)):
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((n, k)).astype(np.float32)
-        got, r = _raw_rowdot(a, 0, b, False)
-        assert r == 1, f"k {k} m {m} n {n}: pg_rowdot returned {r}"
-        assert _rel(got, b.astype(np.float64) @ a.astype(np.float64).T) <= REL_MAX * max(1.0, k / 1024)
+        for kind, held in ((0, a), (1, a.astype(np.float16))):
+            got, r = _raw_rowdot(held, kind, b, False)
+            assert r == 1, f"k {k} m {m} n {n} kind {kind}: pg_rowdot returned {r}"
+            want = b.astype(np.float64) @ held.astype(np.float64).T
+            assert _rel(got, want) <= REL_MAX * max(1.0, k / 1024)
+        assert bool(lib.pg_rowdot_kx_fits(m, n, k)) == (m >= 128 and n >= 32 and k <= 2048)
+    b = rng.standard_normal((49, 1024)).astype(np.float32)
+    assert _raw_rowdot(rng.standard_normal((128, 1024)).astype(np.float16), 1, b, False)[1] == 2  # the first tiled
 
 
 def test_register_tiles_read_k_major_columns_as_the_row_products_read_rows():

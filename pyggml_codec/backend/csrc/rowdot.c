@@ -395,6 +395,14 @@ static inline __attribute__((always_inline)) void rd_vertical_cols(const int nc,
    encoder's im2col product: one tile per block, Y packed again for each) 1.8x, so at most
    PG_RD_T_MAX_K values. */
 #define PG_RD_T_MIN_N 32
+/* pg_rowdot's products (the weights as stored) take the tiles from more columns than the row loops
+   spread their fetches over (PG_RD_PF_SPREAD blocks of PG_RD_C): up to there the row loops read the
+   next rows while every block computes. AVX-512, 2 threads, interleaved, best of 21: F16 rows of
+   1024-1536 values, 1536-12288 of them, against 32-48 columns ran 1.07-1.30x faster by rows than by
+   tiles (512 values: even), F32 rows 1.06-1.41x; against 56, the fetches in the first block only,
+   the tiles were 1.05-1.39x faster. The Winograd products (pg_rowdot_kx) keep PG_RD_T_MIN_N: by
+   rows they would need their inputs transposed first. */
+#define PG_RD_T_MIN_N_W (PG_RD_C * PG_RD_PF_SPREAD + 1)
 #define PG_RD_T_MIN_M 128
 #define PG_RD_T_MAX_K 2048
 #define PG_RD_T_Y_ONCE_BYTES (4 << 20)  /* Y packed once where it is this small and X takes several blocks */
@@ -671,7 +679,7 @@ static void rd_vertical(int64_t m, int64_t n, int64_t k, const float * a, int64_
  *
  * The loops, by shape (none changes a sum):
  * - with 16-float vectors, beta 0, C stored along either index (csi or csj 1), at least
- *   PG_RD_T_MIN_N columns and PG_RD_T_MIN_M rows over at most PG_RD_T_MAX_K values: rd_tiles,
+ *   PG_RD_T_MIN_N_W columns and PG_RD_T_MIN_M rows over at most PG_RD_T_MAX_K values: rd_tiles,
  *   A's rows across the lanes;
  * - F32 rows of at most PG_RD_VERT_MAX_K values, into contiguous output rows (csi 1), beta 0, with
  *   16-float vectors: rd_vertical, 16 rows across the lanes (single thread, a 864 x 864 product
@@ -698,7 +706,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
         pg_scratch_give(at, vslot);
         return 1;
     }
-    if (beta == 0.0f && (csi == 1 || csj == 1) && rd_tiles_fit(m, n, k)) {
+    if (beta == 0.0f && (csi == 1 || csj == 1) && n >= PG_RD_T_MIN_N_W && rd_tiles_fit(m, n, k)) {
         /* the register tiles, lanes along A's rows: C stored whole along them (csi 1) or transposed */
         const struct rd_opnd x = {(const char *)a, a_kind, pg_rd_row_bytes(a_kind, lda), 0};
         const struct rd_opnd y = {(const char *)b, PG_RD_F32, ldb * (int64_t)sizeof(float), 0};
