@@ -230,10 +230,15 @@ def measure_flops(fn) -> "object":
 # --------------------------------------------------------------------------- the machine
 
 
-def _cpuinfo() -> dict:
-    info = {"model": "unknown CPU", "flags": set()}
+CPUID_FIELDS = ("cpu family", "model", "stepping")  # /proc/cpuinfo's numbers of a CPU generation
+
+
+def _cpuinfo(path: str = "/proc/cpuinfo") -> dict:
+    """The first CPU's model name, ISA flags and CPUID numbers (family, model, stepping: a VM's
+    model name may say only "AMD EPYC", which they tell apart as Zen 4 or Zen 5)."""
+    info: dict = {"model": "unknown CPU", "flags": set(), "cpuid": {}}
     try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+        with open(path, encoding="ascii", errors="replace") as f:
             for line in f:
                 key, _, value = line.partition(":")
                 key = key.strip()
@@ -241,9 +246,16 @@ def _cpuinfo() -> dict:
                     info["model"] = value.strip()
                 elif key == "flags" and not info["flags"]:
                     info["flags"] = set(value.split())
+                elif key in CPUID_FIELDS and key not in info["cpuid"]:
+                    info["cpuid"][key] = value.strip()
     except OSError:
         pass
     return info
+
+
+def cpuid_text(cpuid: dict) -> str:
+    """'family 25, model 17, stepping 1' from /proc/cpuinfo's fields ('' where it gave none)."""
+    return ", ".join(f"{key.split()[-1]} {cpuid[key]}" for key in CPUID_FIELDS if cpuid.get(key))
 
 
 ISA_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
@@ -289,7 +301,8 @@ def machine() -> dict:
         pass
     features = binding.cpu_features()
     ggml = sorted(k for k, v in features.items() if v not in ("", "0"))
-    return {"model": cpu["model"], "flags": sorted(f for f in ISA_FLAGS if f in cpu["flags"]),
+    return {"model": cpu["model"], "cpuid": cpuid_text(cpu["cpuid"]),
+            "flags": sorted(f for f in ISA_FLAGS if f in cpu["flags"]),
             "kind": machine_kind(cpu["model"], cpu["flags"]), "cpus": os.cpu_count(),
             "blas": blas, "ggml": f"ggml {binding.ggml_version()}: {' '.join(ggml)}; llamafile "
                                   f"{'on' if binding.has_llamafile() else 'off'}"}
@@ -347,7 +360,8 @@ def machine_line(m: dict, others: float | None = None) -> str:
     """One line: what the figures ran on. ``others``: the share of the CPUs' time other
     processes (and a VM's steal) took while the figures were measured (``OthersWatch``); past
     OTHERS_LOADED the line says the machine was loaded."""
-    line = (f"{m['model']}, {m['cpus']} logical CPUs; ISA {' '.join(m['flags']) or 'baseline'}; "
+    cpu = f"{m['model']} ({m['cpuid']})" if m.get("cpuid") else m["model"]
+    line = (f"{cpu}, {m['cpus']} logical CPUs; ISA {' '.join(m['flags']) or 'baseline'}; "
             f"BLAS {m['blas']}; {m['ggml']}")
     if others is not None and others > OTHERS_LOADED:
         line += (f"; measured while the machine was loaded (other processes and steal took "

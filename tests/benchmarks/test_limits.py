@@ -75,6 +75,40 @@ def test_machine_line_says_loaded_only_when_others_took_the_cpus():
     assert "loaded" not in limits.machine_line(m, others=None)
 
 
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 17
+model name\t: AMD EPYC
+stepping\t: 1
+flags\t\t: fpu avx2 fma f16c avx512f avx512_bf16
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+cpu family\t: 26
+model\t\t: 2
+model name\t: AMD EPYC 9999
+stepping\t: 0
+flags\t\t: fpu
+"""
+
+
+def test_cpuinfo_names_the_cpu_generation_in_the_machine_line(tmp_path):
+    """The first CPU's model name, flags and CPUID numbers; the machine line carries the numbers,
+    which tell apart CPUs that a VM names alike ("AMD EPYC": Zen 4 is family 25, Zen 5 family 26)."""
+    path = tmp_path / "cpuinfo"
+    path.write_text(CPUINFO)
+    cpu = limits._cpuinfo(str(path))
+    assert cpu["model"] == "AMD EPYC" and {"avx2", "avx512_bf16"} <= cpu["flags"] and "fpu" in cpu["flags"]
+    assert limits.cpuid_text(cpu["cpuid"]) == "family 25, model 17, stepping 1"
+    m = {"model": cpu["model"], "cpuid": limits.cpuid_text(cpu["cpuid"]), "cpus": 2, "flags": ["avx2"],
+         "blas": "OpenBLAS", "ggml": "ggml x"}
+    assert limits.machine_line(m).startswith("AMD EPYC (family 25, model 17, stepping 1), 2 logical CPUs; ")
+    assert limits.machine_line(dict(m, cpuid="")).startswith("AMD EPYC, 2 logical CPUs; ")
+    assert limits._cpuinfo(str(tmp_path / "absent")) == {"model": "unknown CPU", "flags": set(), "cpuid": {}}
+    assert limits.cpuid_text({"cpu family": "6"}) == "family 6"
+
+
 def _stat(user, system, idle, steal):
     return f"cpu  {user} 0 {system} {idle} 0 0 0 {steal} 0 0\ncpu0 1 2 3 4\n"
 
