@@ -407,9 +407,10 @@ static inline __attribute__((always_inline)) void rd_vertical_cols(const int nc,
 #define PG_RD_T_MAX_K 2048
 #define PG_RD_T_Y_ONCE_BYTES (4 << 20)  /* Y packed once where it is this small and X takes several blocks */
 
-/* whether the tiles take m rows of A against n columns over k values (pg_rowdot, pg_rowdot_kx) */
-static inline int rd_tiles_fit(int64_t m, int64_t n, int64_t k) {
-    return pg_rd_tiles_on && n >= PG_RD_T_MIN_N && m >= PG_RD_T_MIN_M && k > 0 && k <= PG_RD_T_MAX_K;
+/* whether the tiles take m rows of A against n columns over k values, from min_n columns
+   (pg_rowdot: PG_RD_T_MIN_N_W, pg_rowdot_kx: PG_RD_T_MIN_N) */
+static inline int rd_tiles_fit(int64_t m, int64_t n, int64_t k, int64_t min_n) {
+    return pg_rd_tiles_on && n >= min_n && m >= PG_RD_T_MIN_M && k > 0 && k <= PG_RD_T_MAX_K;
 }
 
 /* tile x panel: out[j * ldo + lane] for j < nc, the lanes kept by m0 and m1 */
@@ -706,7 +707,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
         pg_scratch_give(at, vslot);
         return 1;
     }
-    if (beta == 0.0f && (csi == 1 || csj == 1) && n >= PG_RD_T_MIN_N_W && rd_tiles_fit(m, n, k)) {
+    if (beta == 0.0f && (csi == 1 || csj == 1) && rd_tiles_fit(m, n, k, PG_RD_T_MIN_N_W)) {
         /* the register tiles, lanes along A's rows: C stored whole along them (csi 1) or transposed */
         const struct rd_opnd x = {(const char *)a, a_kind, pg_rd_row_bytes(a_kind, lda), 0};
         const struct rd_opnd y = {(const char *)b, PG_RD_F32, ldb * (int64_t)sizeof(float), 0};
@@ -822,7 +823,7 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
  * rule); else, and where scratch is refused (counted), pg_rowdot_kx returns 0. */
 int pg_rowdot_kx_fits(int64_t m, int64_t n, int64_t k) {
 #if PG_RD_VECTOR && PG_RD_V == 16
-    return rd_tiles_fit(m, n, k);
+    return rd_tiles_fit(m, n, k, PG_RD_T_MIN_N);
 #else
     (void) m; (void) n; (void) k;
     return 0;
