@@ -126,9 +126,12 @@ class BatchStreamDecoder:
         return np.split(audio.reshape(-1), len(slots)), pending
 
     def close(self) -> None:
-        """End every stream."""
+        """End every stream and give their key/value rows back to the engine, for the next new
+        streams (a later join starts again)."""
         for sid in list(self._slots):
             self.leave(sid)
+        with self._engine.lock:  # not while a push on another thread still computes on the rows
+            self._states.release()
 
     def __enter__(self) -> "BatchStreamDecoder":
         return self

@@ -35,10 +35,11 @@ from .model.config import CodecConfig
 from .model.loader import LoadedModel
 from .plan import Plan
 from .progress import ProgressCallback, report
-from .stream_state import StreamSlot, StreamStates
+from .stream_state import RowPool, StreamSlot, StreamStates
 
 GRAPH_CACHE_SIZE = 4  # graphs kept in all on the CPU, per kind (distinct frame counts) elsewhere
 BATCH_GRAPH_CACHE_SIZE = 12  # batched stream graphs: two stages x several (frames, streams) groups
+ROW_POOL_BYTES = 256 << 20  # key/value rows of closed streams kept for new ones (stream_state.RowPool)
 log = logging.getLogger("pyggml_codec")
 
 
@@ -64,10 +65,12 @@ class Engine:
         self.decode_chunk_frames: int | None = self.plan.decode_chunk_frames
         self._cache = GraphCache(GRAPH_CACHE_SIZE, per_kind=model.backend.quirks.cache_per_kind)
         self._batch_cache = GraphCache(BATCH_GRAPH_CACHE_SIZE)  # batched stream steps, by (kind, n, streams)
+        self.row_pool = RowPool(ROW_POOL_BYTES)  # closed streams' key/value rows, for the next new ones
         self._owned = ExitStack()  # closed in reverse: the caches' graphs first, then weights and backend
         self._owned.callback(model.close)
         self._owned.callback(self._cache.clear)
         self._owned.callback(self._batch_cache.clear)
+        self._owned.callback(self.row_pool.clear)
 
     # ----------------------------------------------------------------- lifetime
 
@@ -87,11 +90,12 @@ class Engine:
             self._owned.close()
 
     def clear_cache(self) -> None:
-        """Free cached graphs (remembered fused-graph failures survive), then the buffers the
-        backend parked (``Backend.restart``: lavapipe)."""
+        """Free cached graphs (remembered fused-graph failures survive), the key/value rows kept
+        for new streams, then the buffers the backend parked (``Backend.restart``: lavapipe)."""
         self.check_open()
         self._cache.clear()
         self._batch_cache.clear()
+        self.row_pool.clear()
         self.model.backend.restart()
 
     def cached_graphs(self) -> dict:
@@ -188,13 +192,17 @@ class Engine:
         states = self.new_streams(1)
         slot = states.new_slot()
         total, pieces = codes.shape[1], []
-        for start in range(0, total, chunk):
-            piece = codes[:, start:start + chunk]
-            audio, pending, compute_s = self.decode_step(states, [slot], piece, fused=False)
-            states.commit(slot, pending[0], piece.shape[1])
-            pieces.append(audio.reshape(-1))
-            self.last_compute_s += compute_s
-            report(progress, "decode", start + piece.shape[1], total, "frames")
+        try:
+            for start in range(0, total, chunk):
+                piece = codes[:, start:start + chunk]
+                audio, pending, compute_s = self.decode_step(states, [slot], piece, fused=False)
+                states.commit(slot, pending[0], piece.shape[1])
+                pieces.append(audio.reshape(-1))
+                self.last_compute_s += compute_s
+                report(progress, "decode", start + piece.shape[1], total, "frames")
+        finally:
+            states.free_slot(slot)
+            states.release()
         return np.concatenate(pieces)
 
     # ----------------------------------------------------------------- encode
@@ -243,8 +251,9 @@ class Engine:
     # ----------------------------------------------------------------- streams
 
     def new_streams(self, capacity: int) -> StreamStates:
-        """The carried state of up to ``capacity`` streams on this engine's streamed graphs."""
-        return StreamStates(self.graph, capacity)
+        """The carried state of up to ``capacity`` streams on this engine's streamed graphs, their
+        key/value rows from :attr:`row_pool` (``StreamStates.release`` gives them back)."""
+        return StreamStates(self.graph, capacity, self.row_pool)
 
     def decode_step(self, states: StreamStates, slots: list[StreamSlot], codes: np.ndarray,
                     fused: bool) -> tuple[np.ndarray, list, float]:

@@ -87,8 +87,13 @@ class StreamDecoder:
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
     def close(self) -> None:
-        """End the stream (as :meth:`reset`, which the next push would start from)."""
-        self.reset()
+        """End the stream (as :meth:`reset`, which the next push would start from) and give its
+        key/value rows back to the engine, for the next new stream."""
+        with self._engine.lock:  # not while a push on another thread still computes on the rows
+            self._states.free_slot(self._slot)
+            self._slot = None
+            self._states.release()
+            self.reset()
 
     def flush(self) -> np.ndarray:
         """The samples still held back (none: every layer is causal), then reset."""
@@ -99,7 +104,7 @@ class StreamDecoder:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.reset()
+        self.close()
 
 
 def stream_decode(decoder: StreamDecoder, chunks: Iterable) -> Iterator[np.ndarray]:
@@ -207,6 +212,24 @@ def encode_chunked(engine: Engine, audio, sample_rate: int | None = None, *, chu
     total = -(-arr.shape[-1] // unit) * unit
     states = engine.new_streams(1)
     slot = states.new_slot()
+    try:
+        parts = _encode_chunks(engine, states, slot, arr, total, chunk, sample_rate, mix, stages, progress)
+    finally:
+        states.free_slot(slot)
+        states.release()
+    result = EncodeResult(codes=np.concatenate(parts["codes"], axis=1),
+                          margins=np.concatenate(parts["margins"], axis=1))
+    if stages:
+        result.stages = {"latent": np.concatenate(parts["latent"], axis=1),
+                         "pre_module": np.concatenate(parts["pre_module"])}
+    return result
+
+
+def _encode_chunks(engine, states, slot, arr, total: int, chunk: int, sample_rate, mix, stages: bool,
+                   progress) -> dict[str, list]:
+    """:func:`encode_chunked`'s chunks through one stream slot: each piece's codes and margins
+    (and with ``stages`` its latent and pre-module frames), in order."""
+    cfg = engine.config
     parts: dict[str, list] = {"codes": [], "margins": [], "latent": [], "pre_module": []}
     for start in range(0, total, chunk):
         stop = min(start + chunk, total)
@@ -222,9 +245,4 @@ def encode_chunked(engine: Engine, audio, sample_rate: int | None = None, *, chu
             parts["latent"].append(latent)
             parts["pre_module"].append(z)
         report(progress, "encode", min(stop, arr.shape[-1]) / cfg.sample_rate, arr.shape[-1] / cfg.sample_rate, "s")
-    result = EncodeResult(codes=np.concatenate(parts["codes"], axis=1),
-                          margins=np.concatenate(parts["margins"], axis=1))
-    if stages:
-        result.stages = {"latent": np.concatenate(parts["latent"], axis=1),
-                         "pre_module": np.concatenate(parts["pre_module"])}
-    return result
+    return parts

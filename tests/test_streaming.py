@@ -417,3 +417,86 @@ def test_append_state_keeps_the_last_entries(axis, n):
     want = np.take(np.concatenate([old, new], axis=axis), range(n, n + old.shape[axis]), axis=axis)
     got = append_state(old, new.reshape(-1), axis)
     assert got.shape == old.shape and np.array_equal(got, want)
+
+
+def _poison_kept_rows(monkeypatch):
+    """Every key/value row array given back to a pool is filled with NaN first: rows a new
+    stream reads before writing would turn its audio to NaN."""
+    give = stream_state.RowPool.give
+    monkeypatch.setattr(stream_state.RowPool, "give",
+                        lambda self, arrays: give(self, [a.fill(np.nan) or a for a in arrays]))
+
+
+@pytest.fixture(params=["fused", "full"])
+def any_attention(request, tiny_model):
+    """The tiny f32 codec with the fused attention op (reads the visible rows alone) and with
+    attention over full windows (reads masked rows too: they must be finite)."""
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1,
+                           lowerings={"attention": request.param}) as c:
+        yield c
+
+
+def test_closed_streams_rows_serve_the_next_stream(any_attention, monkeypatch):
+    """A closed stream decoder's key/value rows go back to the engine, the next new stream takes
+    them, and its audio is the same as on fresh rows. Metric: np.array_equal of the audio; the
+    kept rows were NaN, so any row read before written would show."""
+    codec = any_attention
+    _poison_kept_rows(monkeypatch)
+    pool = codec.engine.row_pool
+    codes = random_codes(codec.config.quantizer.codebook_sizes, 12, seed=31)
+    other = random_codes(codec.config.quantizer.codebook_sizes, 12, seed=32)
+    codec.clear_cache()
+    assert pool.nbytes == 0
+    with codec.stream_decoder() as sd:
+        want = [sd.push(codes[:, i:i + 3]) for i in range(0, 12, 3)]
+    kept = pool.nbytes
+    print(f"rows kept after close: {kept} bytes")
+    assert kept > 0
+    with codec.stream_decoder() as sd:
+        sd.push(other[:, :5])  # rows of its own now, NaN wherever the poison was not overwritten
+    with codec.stream_decoder() as sd:
+        got = [sd.push(codes[:, i:i + 3]) for i in range(0, 12, 3)]
+        assert pool.nbytes == 0, "the new stream took the kept rows"
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    assert pool.nbytes == kept
+
+
+def test_batches_and_chunked_decodes_give_their_rows_back(any_attention, monkeypatch):
+    """Batched streams and a chunked decode give their rows back when done, and what reuses
+    them decodes as on fresh rows. Metric: np.array_equal against the runs on fresh rows."""
+    codec = any_attention
+    _poison_kept_rows(monkeypatch)
+    pool = codec.engine.row_pool
+    sizes = codec.config.quantizer.codebook_sizes
+    items = [random_codes(sizes, 6, seed=40 + i) for i in range(2)]
+    long = random_codes(sizes, DECODE_CHUNK_FRAMES + 5, seed=42)
+
+    def batched():
+        with codec.batch_stream_decoder(2) as b:
+            sids = [b.join() for _ in items]
+            outs = [b.push({s: x[:, i:i + 2] for s, x in zip(sids, items)}) for i in range(0, 6, 2)]
+        return [np.concatenate([o[s] for o in outs]) for s in sids]
+
+    for run in (batched, lambda: [codec.decode(long)]):
+        codec.clear_cache()
+        want = run()
+        assert pool.nbytes > 0, f"{run} kept no rows"
+        got = run()
+        assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    codec.clear_cache()
+    assert pool.nbytes == 0
+
+
+def test_row_pool_keeps_what_fits_and_zeroes_what_it_gives():
+    pool = stream_state.RowPool(max_bytes=3 * 4 * 4 + 20)  # one array of 3 x 4 float32
+    a, b = stream_state.aligned_zeros(3, 4), stream_state.aligned_zeros(3, 4)
+    a.fill(np.nan)
+    pool.give([a, b])  # b does not fit beside a
+    assert pool.nbytes == a.nbytes
+    got = pool.take(3, 4)
+    assert got is a and not got.any() and pool.nbytes == 0
+    other = pool.take(2, 4)  # no kept array of that shape: a new one
+    assert other.shape == (2, 4) and not other.any() and other.ctypes.data % stream_state.BOUND_ALIGN == 0
+    pool.give([other])
+    pool.clear()
+    assert pool.nbytes == 0
