@@ -314,6 +314,18 @@ def test_one_stream_target_takes_the_bandwidth_measured_around_it():
     assert plain["target_ms"] == pytest.approx(1.05 * (10.0 + 10.0))
 
 
+def test_stream_runs_take_bandwidth_samples_between_rounds(monkeypatch):
+    """The one-stream rows' bandwidth is sampled before each round of runs and after the last."""
+    import bench_streams
+
+    monkeypatch.setattr(bench_streams, "SETTLE_S", 0.0)
+    calls = []
+    fns = {"ref": lambda: calls.append("ref"), "a": lambda: calls.append("a")}
+    times = bench_streams._times(fns, 2, warm=False, between=lambda: calls.append("bw"))
+    assert calls == ["bw", "ref", "a", "bw", "ref", "a", "ref", "bw"]
+    assert len(times["ref"]) == 3 and len(times["a"]) == 2
+
+
 def test_page_command_names_the_s2cpp_tree_not_its_path():
     import bench_codec
 
