@@ -265,6 +265,41 @@ def _q8_0(a):
     return held, gguf.quants.dequantize(held, gguf.GGMLQuantizationType.Q8_0).reshape(a.shape).astype(np.float32)
 
 
+def test_narrow_row_loops_fetch_ahead_without_changing_a_bit():
+    """Narrow products (1-8 columns) by the row loops fetch their rows a distance ahead
+    (``pg_rowdot_pf_ahead_bytes``, 8192 by default); the fetches touch no value. Against the next
+    block alone (0) and against a distance past every row (no fetch at all), bit for bit, F32, F16
+    and Q8_0 rows, K with and without a tail; and against float64 numpy. Metric: values whose
+    bits differ, bound 0; relative error, bound REL_MAX."""
+    lib = kernels.OPS["module"].lib
+    rng = np.random.default_rng(46)
+    differ, cases, worst = 0, 0, 0.0
+    try:
+        for k, m, n in ((1024, 300, 1), (1024, 257, 2), (96, 500, 4), (1040, 130, 5), (3072, 64, 8), (37, 90, 3)):
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((n, k)).astype(np.float32)
+            for kind in (0, 1, 2):
+                if kind == 2 and k % 32:
+                    continue
+                held, values = (a, a) if kind == 0 else (a.astype(np.float16), a.astype(np.float16).astype(np.float32)) \
+                    if kind == 1 else _q8_0(a)
+                runs = []
+                for ahead in (8192, 0, 1 << 30):
+                    lib.pg_rowdot_pf_ahead_bytes(ahead)
+                    got, r = _raw_rowdot(held, kind, b, False)
+                    assert r == 1, f"k {k} m {m} n {n} kind {kind}: pg_rowdot returned {r}"
+                    runs.append(got)
+                differ += sum(int(np.count_nonzero(x.view(np.uint32) != runs[0].view(np.uint32))) for x in runs[1:])
+                cases += 1
+                worst = max(worst, _rel(runs[0], b.astype(np.float64) @ values.astype(np.float64).T))
+    finally:
+        lib.pg_rowdot_pf_ahead_bytes(8192)
+    print(f"{cases} narrow products, 3 fetch distances: {differ} values whose bits differ; "
+          f"worst relative error {worst:.2e} (bound {REL_MAX:.0e})")
+    assert differ == 0
+    assert worst <= REL_MAX
+
+
 def test_register_tiles_give_the_bits_of_the_row_products():
     """Long products (16-float vectors, at least 128 rows and 49 columns, at most 2048 values per
     row) run in register tiles that give each output the row products' float operations: the
