@@ -70,7 +70,7 @@ class Engine:
         self._owned.callback(model.close)
         self._owned.callback(self._cache.clear)
         self._owned.callback(self._batch_cache.clear)
-        self._owned.callback(self.row_pool.clear)
+        self._owned.callback(self.row_pool.close)
 
     # ----------------------------------------------------------------- lifetime
 

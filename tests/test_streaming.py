@@ -500,3 +500,16 @@ def test_row_pool_keeps_what_fits_and_zeroes_what_it_gives():
     pool.give([other])
     pool.clear()
     assert pool.nbytes == 0
+    pool.close()  # the engine closed: nothing is kept any more
+    pool.give([stream_state.aligned_zeros(1, 4)])
+    assert pool.nbytes == 0
+
+
+def test_a_stream_closed_after_its_codec_leaves_nothing_kept(tiny_model):
+    c = pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1)
+    sd = c.stream_decoder()
+    sd.push(random_codes(c.config.quantizer.codebook_sizes, 3, seed=33))
+    pool = c.engine.row_pool
+    c.close()
+    sd.close()
+    assert pool.nbytes == 0
