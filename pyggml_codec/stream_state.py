@@ -131,9 +131,10 @@ class KVRows:
         old = self.arrays
         new = self.pool.take if self.pool is not None else aligned_zeros
         self.arrays = {name: new(self.slots * cap, self.width) for name in set(leaves) | set(old)}
-        for name, a in old.items():  # each window to the start of its slot's new rows
-            for s in range(self.slots):
-                self._window_to_start(s, a, self.arrays[name], cap)
+        for name, a in old.items():  # each slot's rows from its window on, to the start of its new rows:
+            for s in range(self.slots):  # the window and the rows an earlier group of this step wrote after it
+                start, count = s * self.cap + int(self.offset[s]), self.cap - int(self.offset[s])
+                self.arrays[name][s * cap:s * cap + count] = a[start:start + count]
         self.cap, self.offset[:] = cap, 0
         self._give(old.values())
 

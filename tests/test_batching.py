@@ -86,6 +86,21 @@ def test_streams_join_leave_and_equal_decoding_alone(codec, seed):
         assert err <= F32_MAX_ABS
 
 
+def test_a_step_that_grows_the_rows_keeps_an_earlier_groups_rows(codec):
+    """A step whose later group pushes more frames than the key/value rows have room for
+    (ARENA_SLACK past the window) grows them; the rows an earlier group of the same step wrote,
+    not yet committed, move with them. Metric: max abs of each stream against decoding it alone,
+    bound F32_MAX_ABS."""
+    sizes = codec.config.quantizer.codebook_sizes
+    a, b = random_codes(sizes, 12, seed=50), random_codes(sizes, 80, seed=51)
+    with codec.batch_stream_decoder(2) as bsd:
+        got = _run(bsd, [a, b], [{0: 2, 1: 2}, {0: 1, 1: 70}, {0: 9, 1: 8}])
+        assert bsd.groups_seen >= {(1, 1), (70, 1)}
+    for i, (g, x) in enumerate(zip(got, [a, b])):
+        _, err = report(f"stream {i} across a step that grew the rows", g, _one_shot(codec, x))
+        assert err <= F32_MAX_ABS
+
+
 @pytest.mark.parametrize("conv", ["winograd", "taps"])
 def test_a_stream_sees_only_its_own_codes(tiny_model, conv):
     """Two runs that differ only in stream 1's codes give stream 0 the same audio, bit for bit,
