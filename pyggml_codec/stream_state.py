@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from .backend.ggml_graph import BOUND_ALIGN, BOUND_ROWS, Graph
+from .backend.ggml_graph import BOUND_ROWS, Graph, aligned_array
 from .errors import InputError
 from .graphs import ops
 from .graphs.build import Build
@@ -48,9 +48,7 @@ ARENA_SLACK = 64  # rows past a window, at least: a window moves back once per 6
 
 def aligned_zeros(rows: int, width: int) -> np.ndarray:
     """Zeros ``(rows, width)`` float32 at an address aligned as bound graph inputs need."""
-    raw = np.zeros(rows * width * 4 + BOUND_ALIGN, np.uint8)
-    start = (-raw.ctypes.data) % BOUND_ALIGN
-    return raw[start:start + rows * width * 4].view(np.float32).reshape(rows, width)
+    return aligned_array((rows, width))
 
 
 class RowPool:
@@ -65,7 +63,7 @@ class RowPool:
 
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
-        self._free: dict[tuple[int, int], list[np.ndarray]] = {}
+        self._kept: list[np.ndarray] = []  # oldest first
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -77,28 +75,34 @@ class RowPool:
     def take(self, rows: int, width: int) -> np.ndarray:
         """Zeros ``(rows, width)`` float32, aligned as ``aligned_zeros``: a kept array if one
         has that shape, else a new one."""
+        a = None
         with self._lock:
-            kept = self._free.get((rows, width))
-            a = kept.pop() if kept else None
-            if a is not None:
-                self._bytes -= a.nbytes
+            for i in range(len(self._kept) - 1, -1, -1):  # the newest of that shape
+                if self._kept[i].shape == (rows, width):
+                    a = self._kept.pop(i)
+                    self._bytes -= a.nbytes
+                    break
         if a is None:
             return aligned_zeros(rows, width)
         a.fill(0.0)
         return a
 
     def give(self, arrays) -> None:
-        """Keep these arrays (from :meth:`take` or ``aligned_zeros``) while they fit."""
+        """Keep these arrays (from :meth:`take` or ``aligned_zeros``), dropping the oldest kept
+        ones to make room (an array larger than the pool is not kept)."""
         with self._lock:
             for a in arrays:
-                if self._bytes + a.nbytes <= self.max_bytes:
-                    self._free.setdefault(a.shape, []).append(a)
-                    self._bytes += a.nbytes
+                if a.nbytes > self.max_bytes:
+                    continue
+                while self._bytes + a.nbytes > self.max_bytes:
+                    self._bytes -= self._kept.pop(0).nbytes
+                self._kept.append(a)
+                self._bytes += a.nbytes
 
     def clear(self) -> None:
         """Free every kept array."""
         with self._lock:
-            self._free.clear()
+            self._kept.clear()
             self._bytes = 0
 
     def close(self) -> None:

@@ -67,9 +67,10 @@ class StreamDecoder:
         """Codes ``(n_codebooks, n)``, any n >= 1 -> float32 audio of ``n * samples_per_frame``. A push
         of more than ``MAX_DECODE_FRAMES`` frames runs as pushes of at most that many, in turn; if one
         after the first fails, the stream is reset (the earlier pieces' state is not the caller's)."""
-        engine, slot = self._engine, self._slot
+        engine = self._engine
         with engine.lock:
             engine.check_open()
+            slot = self._slot
             codes = check_codes(codes, engine.config, self.on_invalid_codes, max_frames=None)
             pieces, self.last_compute_s = [], 0.0
             for start in range(0, codes.shape[1], MAX_DECODE_FRAMES):

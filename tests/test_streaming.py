@@ -9,6 +9,7 @@ import pyggml_codec
 from parity import max_abs, random_codes, rel_rms, report, signal
 from pyggml_codec import stream_state
 from pyggml_codec.backend import arena_attention, kernels
+from pyggml_codec.backend.ggml_graph import BOUND_ALIGN
 from pyggml_codec.plan import DECODE_CHUNK_FRAMES
 from pyggml_codec.stream_state import append_state
 from pyggml_codec.streaming import windowed_schedule
@@ -453,7 +454,7 @@ def test_closed_streams_rows_serve_the_next_stream(any_attention, monkeypatch):
     print(f"rows kept after close: {kept} bytes")
     assert kept > 0
     with codec.stream_decoder() as sd:
-        sd.push(other[:, :5])  # rows of its own now, NaN wherever the poison was not overwritten
+        sd.push(other[:, :5])  # another stream's keys and values in the rows it gives back
     with codec.stream_decoder() as sd:
         got = [sd.push(codes[:, i:i + 3]) for i in range(0, 12, 3)]
         assert pool.nbytes == 0, "the new stream took the kept rows"
@@ -462,8 +463,9 @@ def test_closed_streams_rows_serve_the_next_stream(any_attention, monkeypatch):
 
 
 def test_batches_and_chunked_decodes_give_their_rows_back(any_attention, monkeypatch):
-    """Batched streams and a chunked decode give their rows back when done, and what reuses
-    them decodes as on fresh rows. Metric: np.array_equal against the runs on fresh rows."""
+    """Batched streams, a chunked decode and a chunked encode give their rows back when done, and
+    what reuses them computes as on fresh rows. Metric: np.array_equal against the runs on fresh
+    rows."""
     codec = any_attention
     _poison_kept_rows(monkeypatch)
     pool = codec.engine.row_pool
@@ -477,7 +479,12 @@ def test_batches_and_chunked_decodes_give_their_rows_back(any_attention, monkeyp
             outs = [b.push({s: x[:, i:i + 2] for s, x in zip(sids, items)}) for i in range(0, 6, 2)]
         return [np.concatenate([o[s] for o in outs]) for s in sids]
 
-    for run in (batched, lambda: [codec.decode(long)]):
+    audio = signal(3 * 44100, seed=43)
+
+    def chunked_encode():
+        return [codec.encode_chunked(audio, chunk_seconds=0.5)]
+
+    for run in (batched, lambda: [codec.decode(long)], chunked_encode):
         codec.clear_cache()
         want = run()
         assert pool.nbytes > 0, f"{run} kept no rows"
@@ -487,17 +494,22 @@ def test_batches_and_chunked_decodes_give_their_rows_back(any_attention, monkeyp
     assert pool.nbytes == 0
 
 
-def test_row_pool_keeps_what_fits_and_zeroes_what_it_gives():
+def test_row_pool_keeps_the_newest_that_fit_and_zeroes_what_it_gives():
     pool = stream_state.RowPool(max_bytes=3 * 4 * 4 + 20)  # one array of 3 x 4 float32
     a, b = stream_state.aligned_zeros(3, 4), stream_state.aligned_zeros(3, 4)
-    a.fill(np.nan)
-    pool.give([a, b])  # b does not fit beside a
-    assert pool.nbytes == a.nbytes
+    b.fill(np.nan)
+    pool.give([a, b])  # b takes a's room
+    assert pool.nbytes == b.nbytes
     got = pool.take(3, 4)
-    assert got is a and not got.any() and pool.nbytes == 0
+    assert got is b and not got.any() and pool.nbytes == 0
     other = pool.take(2, 4)  # no kept array of that shape: a new one
-    assert other.shape == (2, 4) and not other.any() and other.ctypes.data % stream_state.BOUND_ALIGN == 0
-    pool.give([other])
+    assert other.shape == (2, 4) and not other.any() and other.ctypes.data % BOUND_ALIGN == 0
+    pool.give([a])
+    pool.give([other])  # a new shape pushes the old one out: an unused shape holds no room
+    assert pool.take(3, 4) is not a and pool.take(2, 4) is other
+    pool.give([stream_state.aligned_zeros(5, 4)])  # larger than the pool: not kept
+    assert pool.nbytes == 0
+    pool.give([a])
     pool.clear()
     assert pool.nbytes == 0
     pool.close()  # the engine closed: nothing is kept any more

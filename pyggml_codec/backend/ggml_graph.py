@@ -28,6 +28,18 @@ BOUND_ALIGN = 64  # bytes: the alignment of a bound leaf's placeholder (ggml's b
 BOUND_ROWS = 1 << 24  # the row count a bound leaf declares where the lent array's is the real one
 
 
+def aligned_array(shape: tuple[int, ...], like: np.ndarray | None = None) -> np.ndarray:
+    """A float32 array of ``shape`` at a BOUND_ALIGN-aligned address, as bound inputs need: zeros
+    (mapped on first touch), or a copy of ``like``."""
+    nbytes = 4 * int(np.prod(shape))
+    raw = np.zeros(nbytes + BOUND_ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % BOUND_ALIGN
+    out = raw[start:start + nbytes].view(np.float32).reshape(shape)
+    if like is not None:
+        out[...] = like
+    return out
+
+
 def new_context(mem_bytes: int) -> int:
     """A metadata-only ggml context (tensor data lives in backend buffers)."""
     params = lib.ggml_init_params(mem_size=int(mem_bytes), mem_buffer=None, no_alloc=True)
@@ -309,8 +321,9 @@ class Graph:
     def profile(self) -> list[tuple[str, tuple[int, ...], float]]:
         """(op, ne, seconds) of each node, computing one node at a time through graph views,
         on the inputs the graph was built with (uploaded again first: the allocator reuses
-        input memory). For finding the dominant ops; the sum is a little above one compute.
-        Single-backend graphs only (a scheduled graph's nodes live on two backends)."""
+        input memory) and on copies of the bound arrays last lent (the rows themselves may be
+        another stream's by now). For finding the dominant ops; the sum is a little above one
+        compute. Single-backend graphs only (a scheduled graph's nodes live on two backends)."""
         if self.sched:
             raise GraphError(f"per-node profile needs a graph on one backend; this one runs "
                              f"{', '.join(self.cpu_nodes)} on the CPU")
@@ -318,7 +331,7 @@ class Graph:
         if self.bound:
             if not self.bound_arrays:
                 raise GraphError("profile of a graph with bound inputs before any run lent them memory")
-            self._bind(self.bound_arrays)
+            self._bind({name: aligned_array(a.shape, a) for name, a in self.bound_arrays.items()})
         out = []
         for i in range(lib.ggml_graph_n_nodes(self.gf)):
             view = lib.ggml_graph_view(self.gf, i, i + 1)

@@ -301,7 +301,7 @@ def test_alternate_bracketed_samples_the_rate_between_every_two_runs(monkeypatch
 
 
 def test_one_stream_target_takes_the_bandwidth_measured_around_it():
-    """The one-stream row's target uses the read rate measured just before and after its runs."""
+    """The one-stream row's target uses the read rate measured around its runs."""
     import bench_streams
 
     one = [0.100, 0.100, 0.100]
@@ -324,6 +324,23 @@ def test_stream_runs_take_bandwidth_samples_between_rounds(monkeypatch):
     times = bench_streams._times(fns, 2, warm=False, between=lambda: calls.append("bw"))
     assert calls == ["bw", "ref", "a", "bw", "ref", "a", "ref", "bw"]
     assert len(times["ref"]) == 3 and len(times["a"]) == 2
+
+
+def test_one_stream_target_takes_the_median_of_its_bandwidth_samples(tiny_model, monkeypatch):
+    """bench_streams samples the read rate before each round of the one-stream runs and after
+    the last, and the target takes their median: one outlier moves nothing."""
+    import bench_streams
+    import pyggml_codec
+
+    monkeypatch.setattr(bench_streams, "SETTLE_S", 0.0)
+    samples = iter([30.0, 50.0, 31.0])
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1, parts="decode") as c:
+        monkeypatch.setattr(bench_streams, "_first_frame_latency", lambda codec, items, reps: [0.01])
+        rows = bench_streams.bench_streams(c, 2, 2, frames_one=2, bandwidth_gbs=99.0,
+                                           measure_bandwidth=lambda: next(samples))
+    row = next(r for r in rows if r["task"] == "stream-chunk1")
+    assert row["bandwidth_gbs_around"] == [30.0, 50.0, 31.0]
+    assert row["bandwidth_gbs"] == 31.0
 
 
 def test_page_command_names_the_s2cpp_tree_not_its_path():

@@ -85,16 +85,16 @@ static inline float vsum(pg_vf v) { return pg_hsum8(v); }
 
 static int pg_rd_tiles_on = 1;  /* rd_tiles for long products (pg_rowdot_tiles_use) */
 void pg_rowdot_tiles_use(int on) { pg_rd_tiles_on = on; }
-/* Narrow products (at most PG_RD_C_NARROW_2R columns: a stream's few frames) by the row loops fetch
+/* Narrow products (at most PG_RD_C_NARROW_2R columns, 8 with AVX-512 and 4 with AVX2: a stream's few frames) by the row loops fetch
  * whole blocks of rows at least this many bytes ahead of the block they multiply, not the next block
  * alone: a block of 2 F16 rows of 1024 values (4 KB) or 3 Q8_0 rows (3.3 KB) ahead left a stream's
  * transformer projections at 21-28 GB/s where longer rows read at 34. Full-size files, 2 threads,
  * 2-core AMD EPYC (Zen 4) VM, paired medians against the next block alone: the one-frame latent
  * graph 0.84-0.95x (F16) and 0.91x (Q8_0), a one-frame push 0.986-0.994x (F16) and 0.983x (Q8_0),
- * an 8-stream step 0.99x, a 32-frame decode 0.996-0.997x. Values are untouched
+ * an 8-stream step 0.99-1.005x, a 32-frame decode 0.996-0.997x. Values are untouched
  * (pg_rowdot_pf_ahead_bytes: 0 fetches the next block alone). */
 static int64_t pg_rd_pf_ahead = 8192;
-void pg_rowdot_pf_ahead_bytes(int64_t n) { pg_rd_pf_ahead = n; }
+void pg_rowdot_pf_ahead_bytes(int64_t n) { pg_rd_pf_ahead = n < 0 ? 0 : n > (1 << 30) ? (1 << 30) : n; }
 
 #if PG_RD_VECTOR
 int pg_rowdot_lanes(void) { return PG_RD_V; }
