@@ -131,7 +131,7 @@ class BatchStreamDecoder:
         for sid in list(self._slots):
             self.leave(sid)
         with self._engine.lock:  # not while a push on another thread still computes on the rows
-            self._states.release()
+            self._states.close()
 
     def __enter__(self) -> "BatchStreamDecoder":
         return self

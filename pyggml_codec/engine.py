@@ -201,8 +201,7 @@ class Engine:
                 self.last_compute_s += compute_s
                 report(progress, "decode", start + piece.shape[1], total, "frames")
         finally:
-            states.free_slot(slot)
-            states.release()
+            states.close()
         return np.concatenate(pieces)
 
     # ----------------------------------------------------------------- encode
@@ -252,7 +251,7 @@ class Engine:
 
     def new_streams(self, capacity: int) -> StreamStates:
         """The carried state of up to ``capacity`` streams on this engine's streamed graphs, their
-        key/value rows from :attr:`row_pool` (``StreamStates.release`` gives them back)."""
+        key/value rows from :attr:`row_pool` (``StreamStates.close`` gives them back)."""
         return StreamStates(self.graph, capacity, self.row_pool)
 
     def decode_step(self, states: StreamStates, slots: list[StreamSlot], codes: np.ndarray,

@@ -118,7 +118,7 @@ class KVRows:
     rows; slot s owns rows ``[s cap, (s + 1) cap)``, its window (its last ``hist`` positions) at
     ``offset[s]`` onward, and each chunk's new rows go right after it."""
 
-    def __init__(self, hist: int, width: int, slots: int, pool: RowPool | None = None):
+    def __init__(self, hist: int, width: int, slots: int, pool: RowPool):
         self.hist, self.width, self.slots = hist, width, slots
         self.pool = pool
         self.cap = 0
@@ -133,24 +133,18 @@ class KVRows:
         if self.slots * cap > BOUND_ROWS:
             raise InputError(f"{self.slots} streams of {cap} positions exceed a bound input's {BOUND_ROWS} rows")
         old = self.arrays
-        new = self.pool.take if self.pool is not None else aligned_zeros
-        self.arrays = {name: new(self.slots * cap, self.width) for name in set(leaves) | set(old)}
+        self.arrays = {name: self.pool.take(self.slots * cap, self.width) for name in set(leaves) | set(old)}
         for name, a in old.items():  # each slot's rows from its window on, to the start of its new rows:
             for s in range(self.slots):  # the window and the rows an earlier group of this step wrote after it
                 start, count = s * self.cap + int(self.offset[s]), self.cap - int(self.offset[s])
                 self.arrays[name][s * cap:s * cap + count] = a[start:start + count]
         self.cap, self.offset[:] = cap, 0
-        self._give(old.values())
+        self.pool.give(list(old.values()))
 
     def release(self) -> None:
-        """Give the rows back to the pool (all windows are lost: every slot starts empty)."""
-        self._give(self.arrays.values())
-        self.arrays, self.cap = {}, 0
-        self.offset[:] = 0
-
-    def _give(self, arrays) -> None:
-        if self.pool is not None:
-            self.pool.give(list(arrays))
+        """Give the rows back to the pool: every window is lost, and a later chunk takes rows again."""
+        self.pool.give(list(self.arrays.values()))
+        self.arrays = {}
 
     def _window_to_start(self, slot: int, src: np.ndarray, dst: np.ndarray, dst_cap: int) -> None:
         """Copy ``slot``'s window in ``src`` (this arena's layout) to the start of its rows in
@@ -202,9 +196,9 @@ class StreamStates:
     ``ops.Carry.batch``) and lending the key/value rows; the new states stay pending until
     :meth:`commit`, so that a failure anywhere in a step's graphs leaves every stream as it was."""
 
-    def __init__(self, graph: Callable[..., Graph], capacity: int, pool: RowPool | None = None):
+    def __init__(self, graph: Callable[..., Graph], capacity: int, pool: RowPool):
         """``graph``: the engine's get-or-build (``Engine.graph``); ``capacity``: the most streams;
-        ``pool``: where the key/value rows come from and go back to (:meth:`release`)."""
+        ``pool``: where the key/value rows come from and go back to (:meth:`close`)."""
         self._graph, self.capacity, self._pool = graph, capacity, pool
         self._free = list(range(capacity))
         self._kv: dict[tuple[str, str], KVRows] = {}
@@ -223,14 +217,14 @@ class StreamStates:
         self._free.append(slot.index)
         self._free.sort()
 
-    def release(self) -> None:
-        """Give the key/value rows back to the pool once no slot is in use; a later run takes
-        rows again (the slots then in use must be new: their windows are gone)."""
-        if len(self._free) < self.capacity:
-            return
+    def close(self) -> None:
+        """End every slot and give the key/value rows back to the pool. The states serve new
+        slots after, which take rows again."""
+        self._free = list(range(self.capacity))
         for rows in self._kv.values():
             rows.release()
         self._kv.clear()
+        self._stacked.clear()
 
     def run(self, kind: str, ctx_bytes: int, n: int, slots: list[StreamSlot], build: Build,
             feed: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list]:

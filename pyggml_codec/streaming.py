@@ -91,9 +91,8 @@ class StreamDecoder:
         """End the stream (as :meth:`reset`, which the next push would start from) and give its
         key/value rows back to the engine, for the next new stream."""
         with self._engine.lock:  # not while a push on another thread still computes on the rows
-            self._states.free_slot(self._slot)
+            self._states.close()
             self._slot = None
-            self._states.release()
             self.reset()
 
     def flush(self) -> np.ndarray:
@@ -216,8 +215,7 @@ def encode_chunked(engine: Engine, audio, sample_rate: int | None = None, *, chu
     try:
         parts = _encode_chunks(engine, states, slot, arr, total, chunk, sample_rate, mix, stages, progress)
     finally:
-        states.free_slot(slot)
-        states.release()
+        states.close()
     result = EncodeResult(codes=np.concatenate(parts["codes"], axis=1),
                           margins=np.concatenate(parts["margins"], axis=1))
     if stages:
