@@ -47,6 +47,11 @@ def _rel(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.abs(got - want).max() / np.abs(want).max())
 
 
+def _bits_differ(got: np.ndarray, want: np.ndarray) -> int:
+    """Float32 values whose bits differ (signed zeros and NaN payloads count)."""
+    return int(np.count_nonzero(got.view(np.uint32) != want.view(np.uint32)))
+
+
 @pytest.mark.parametrize("a_type", [ops.F32, ops.F16])
 @pytest.mark.parametrize("k,m,n,batch_a,batch_b,threads", [
     (5, 3, 1, 1, 1, 2), (37, 19, 3, 1, 1, 2), (64, 33, 4, 1, 1, 3),  # K and row tails, one column
@@ -188,7 +193,7 @@ def test_q8_0_rows_give_the_bits_of_their_f32_dequantization(n):
         return {"direct": direct, "cast": ops.mul_mat(g, ops.lib.ggml_cast(g.ctx, q, ops.F32), tb)}
 
     out = _run(build, 2)
-    differ = int((out["direct"].view(np.uint32) != out["cast"].view(np.uint32)).sum())
+    differ = _bits_differ(out["direct"], out["cast"])
     print(f"Q8_0 rows, {n} column(s): {differ} of {out['cast'].size} outputs differ from the F32 dequantization's (bound 0)")
     assert differ == 0
 
@@ -224,7 +229,7 @@ def test_short_rows_summed_across_rows_give_the_bits_of_the_row_sums():
             if m > 2:
                 a[1], a[2] = 0.0, -0.0
             rows, cols = product(a, b, False), product(a, b, True)
-            differ += int(np.count_nonzero(rows.view(np.uint32) != cols.view(np.uint32)))
+            differ += _bits_differ(rows, cols)
             cases += 1
             want = (b.astype(np.float64) @ a.astype(np.float64).T)
             assert _rel(rows, want) < REL_MAX * max(1.0, k / 64)
@@ -291,7 +296,7 @@ def test_narrow_row_loops_fetch_ahead_without_changing_a_bit():
                     got, r = _raw_rowdot(held, kind, b, False)
                     assert r == 1, f"k {k} m {m} n {n} kind {kind}: pg_rowdot returned {r}"
                     runs.append(got)
-                differ += sum(int(np.count_nonzero(x.view(np.uint32) != runs[0].view(np.uint32))) for x in runs[1:])
+                differ += sum(_bits_differ(x, runs[0]) for x in runs[1:])
                 cases += 1
                 worst = max(worst, _rel(runs[0], b.astype(np.float64) @ values.astype(np.float64).T))
     finally:
@@ -343,7 +348,7 @@ def test_register_tiles_give_the_bits_of_the_row_products():
                     # short F32 rows into contiguous output rows: the vertical loop first (returns 1)
                     tiled = 1 if kind == 0 and k <= 128 and not transposed else 2
                     assert (r_rows, r_tiles) == (1, tiled), f"k {k} m {m} n {n} kind {kind}: loops {r_rows}, {r_tiles}"
-                    differ += int(np.count_nonzero(rows.view(np.uint32) != tiles.view(np.uint32)))
+                    differ += _bits_differ(rows, tiles)
                     cases += 1
                     got = tiles.T if transposed else tiles
                     worst = max(worst, _rel(got, want))
@@ -400,7 +405,7 @@ def test_register_tiles_read_k_major_columns_as_the_row_products_read_rows():
         got = np.full((m, ldv), np.nan, np.float32)
         assert lib.pg_rowdot_kx(m, n, k, ffi.cast("float *", a.ctypes.data), k, ffi.cast("float *", v.ctypes.data),
                                 ldv, ffi.cast("float *", got.ctypes.data), ldv)
-        differ += int(np.count_nonzero(got[:, :n].view(np.uint32) != want.view(np.uint32)))
+        differ += _bits_differ(got[:, :n], want)
         assert np.isnan(got[:, n:]).all(), "wrote past its columns"
     assert not lib.pg_rowdot_kx_fits(127, 64, 64) and not lib.pg_rowdot_kx_fits(128, 31, 64)
     print(f"k-major columns: {differ} values whose bits differ from the row products' (bound 0)")
