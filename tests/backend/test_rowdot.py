@@ -272,17 +272,20 @@ def _q8_0(a):
 
 def test_narrow_row_loops_fetch_ahead_without_changing_a_bit():
     """Narrow products (up to 8 columns with AVX-512, 4 with AVX2) by the row loops fetch their
-    rows a distance ahead (``pg_rowdot_pf_ahead_bytes``, 8192 by default). A fetch changes no
-    value, so this fails only where the distance changes what is multiplied (the rows or blocks a
-    loop takes): against the next block alone (0) and a distance past every row (no fetch), bit
-    for bit, F32, F16 and Q8_0 rows, K with and without a tail, row counts off the blocks; and
-    against float64 numpy. That the fetches run ahead is a matter of time, measured side by side
-    (docs/performance.md). Metric: values whose bits differ, bound 0; relative error, REL_MAX."""
+    rows a distance ahead (``pg_rowdot_pf_ahead_bytes``, 8192 by default), and take F16 rows in
+    2-row blocks only where the columns fit ``pg_rowdot_two_rows_max_bytes`` (32768). Neither
+    changes a value, so this fails only where a setting changes what is multiplied: against the
+    next block alone (0) and a distance past every row (no fetch), and against 2-row blocks never
+    (0) and always (1 << 30), bit for bit, F32, F16 and Q8_0 rows, K with and without a tail, row
+    counts off the blocks; and against float64 numpy. That the fetches run ahead is a matter of
+    time, measured side by side (docs/performance.md). Metric: values whose bits differ, bound 0;
+    relative error, REL_MAX."""
     lib = kernels.OPS["module"].lib
     rng = np.random.default_rng(46)
     differ, cases, worst = 0, 0, 0.0
     try:
-        for k, m, n in ((1024, 300, 1), (1024, 257, 2), (160, 500, 4), (1040, 130, 5), (3072, 64, 8), (133, 90, 3)):
+        for k, m, n in ((1024, 300, 1), (1024, 257, 2), (160, 500, 4), (1040, 130, 5), (3072, 64, 8), (1024, 70, 8),
+                        (3104, 66, 6), (133, 90, 3)):
             a = rng.standard_normal((m, k)).astype(np.float32)
             b = rng.standard_normal((n, k)).astype(np.float32)
             for kind in (0, 1, 2):
@@ -291,8 +294,9 @@ def test_narrow_row_loops_fetch_ahead_without_changing_a_bit():
                 held, values = (a, a) if kind == 0 else (a.astype(np.float16), a.astype(np.float16).astype(np.float32)) \
                     if kind == 1 else _q8_0(a)
                 runs = []
-                for ahead in (8192, 0, 1 << 30):
+                for ahead, two_rows in ((8192, 32768), (0, 32768), (1 << 30, 32768), (8192, 0), (8192, 1 << 30)):
                     lib.pg_rowdot_pf_ahead_bytes(ahead)
+                    lib.pg_rowdot_two_rows_max_bytes(two_rows)
                     got, r = _raw_rowdot(held, kind, b, False)
                     assert r == 1, f"k {k} m {m} n {n} kind {kind}: pg_rowdot returned {r}"
                     runs.append(got)
@@ -301,7 +305,8 @@ def test_narrow_row_loops_fetch_ahead_without_changing_a_bit():
                 worst = max(worst, _rel(runs[0], b.astype(np.float64) @ values.astype(np.float64).T))
     finally:
         lib.pg_rowdot_pf_ahead_bytes(8192)
-    print(f"{cases} narrow products, 3 fetch distances: {differ} values whose bits differ; "
+        lib.pg_rowdot_two_rows_max_bytes(32768)
+    print(f"{cases} narrow products, 3 fetch distances and 3 block rules: {differ} values whose bits differ; "
           f"worst relative error {worst:.2e} (bound {REL_MAX:.0e})")
     assert differ == 0
     assert worst <= REL_MAX

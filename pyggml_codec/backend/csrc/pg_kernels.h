@@ -141,6 +141,7 @@ int pg_rowdot_kx(int64_t m, int64_t n, int64_t k, const float * a, int64_t lda, 
                  float * c, int64_t csi);  /* pg_rowdot's sums, B given k-major: B[j][k] = bk[k ldbk + j]; 0: not taken */
 void pg_rowdot_tiles_use(int on);  /* long products in register tiles (1, the default) or as row products (0): the same sums; not while a compute runs */
 void pg_rowdot_pf_ahead_bytes(int64_t n);  /* narrow row loops fetch blocks of rows this many bytes ahead (8192, the default; 0: the next block): the same sums; not while a compute runs */
+void pg_rowdot_two_rows_max_bytes(int64_t n);  /* narrow products of F16 rows in 2-row blocks only where their columns fit this many bytes as F32 (32768, the default): the same sums; not while a compute runs */
 int pg_has_f16c(void);
 void pg_f16_soft(const float * x, uint16_t * out, int64_t n);  /* F16 without F16C (tested in every build) */
 int pg_tensor_layout(int64_t * offsets);

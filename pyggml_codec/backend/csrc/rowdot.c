@@ -73,7 +73,8 @@ static inline float vsum(pg_vf v) { return pg_hsum8(v); }
  * columns (PG_RD_R_Q8_0). AVX-512, 2 threads, 3072 x 1024 and 1024 x 3072 rows from memory:
  * F16 against one column, 2 rows 30-34 GB/s, 4 rows 26-29; Q8_0 against one column, 3 rows 24-27,
  * 4 rows 20-25, against four 19 and 17; against eight, or F16 against two to eight, no better
- * than 4 rows. Against five to PG_RD_C_NARROW_2R columns, blocks of 2 rows take them all at once,
+ * than 4 rows. Against five to PG_RD_C_NARROW_2R columns, blocks of 2 rows take them all at once
+ * (F16 rows where the columns fit pg_rd_two_rows_max),
  * each vector of weights converted once instead of once per PG_RD_C_NARROW columns: against
  * eight, F16 21.3-22.8 -> 23.1-24.5 GB/s, Q8_0 9.2-9.8 -> 11.2-12.1. Each output's sum is the same
  * whatever the block. */
@@ -95,6 +96,16 @@ void pg_rowdot_tiles_use(int on) { pg_rd_tiles_on = on; }
  * (pg_rowdot_pf_ahead_bytes: 0 fetches the next block alone). */
 static int64_t pg_rd_pf_ahead = 8192;
 void pg_rowdot_pf_ahead_bytes(int64_t n) { pg_rd_pf_ahead = n < 0 ? 0 : n > (1 << 30) ? (1 << 30) : n; }
+/* F16 rows go in 2-row blocks (PG_RD_C_NARROW_2R) only where all the columns fit this many bytes
+ * as F32 (columns x K x 4, an L1's worth): each block of 2 rows reads every column once, from L1
+ * where they fit, else from L2 at 10 loads per 16 multiply-adds. Past it, blocks of PG_RD_R rows
+ * take PG_RD_C_NARROW columns at a time, each column read once per 4 rows. 8 streams' step, F16
+ * file, 2 threads, AMD EPYC (Zen 4) VM, paired against 2-row blocks at any K: the feed-forward
+ * output projections (K = 3072) 0.46 -> 0.25 ms, the latent graph 0.91x (5 streams 0.95x).
+ * Q8_0 rows keep the 2-row blocks: converting each vector of them twice costs more (the same
+ * graph 1.02x). Each output's sum is the same whatever the block. */
+static int64_t pg_rd_two_rows_max = 32 << 10;
+void pg_rowdot_two_rows_max_bytes(int64_t n) { pg_rd_two_rows_max = n < 0 ? 0 : n; }
 
 #if PG_RD_VECTOR
 int pg_rowdot_lanes(void) { return PG_RD_V; }
@@ -750,7 +761,8 @@ int pg_rowdot(int64_t m, int64_t n, int64_t k, const void * a, int64_t lda, int 
     const int kind = af ? PG_RD_F32 : a_kind;
     /* F16 and Q8_0 rows as read against PG_RD_C_NARROW columns at a time, or all of them in
        blocks of 2 rows up to PG_RD_C_NARROW_2R */
-    const int two_rows = kind != PG_RD_F32 && n > PG_RD_C_NARROW && n <= PG_RD_C_NARROW_2R;
+    const int two_rows = kind != PG_RD_F32 && n > PG_RD_C_NARROW && n <= PG_RD_C_NARROW_2R
+                         && (kind != PG_RD_F16 || n * k * (int64_t)sizeof(float) <= pg_rd_two_rows_max);
     const int64_t width = kind == PG_RD_F32 ? PG_RD_C : two_rows ? PG_RD_C_NARROW_2R : PG_RD_C_NARROW;
     /* rows per block as read (see PG_RD_R_F16_1) */
     const int64_t rb = two_rows ? 2 : kind == PG_RD_Q8_0 && n <= PG_RD_C_NARROW ? PG_RD_R_Q8_0
