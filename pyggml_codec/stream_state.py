@@ -146,11 +146,10 @@ class KVRows:
         self.pool.give(list(self.arrays.values()))
         self.arrays = {}
 
-    def _window_to_start(self, slot: int, src: np.ndarray, dst: np.ndarray, dst_cap: int) -> None:
-        """Copy ``slot``'s window in ``src`` (this arena's layout) to the start of its rows in
-        ``dst`` (slots of ``dst_cap`` rows; ``src`` itself for a move in place)."""
+    def _window_to_start(self, slot: int, a: np.ndarray) -> None:
+        """Move ``slot``'s window in ``a`` to the start of its rows."""
         start = slot * self.cap + int(self.offset[slot])
-        dst[slot * dst_cap:slot * dst_cap + self.hist] = src[start:start + self.hist]
+        a[slot * self.cap:slot * self.cap + self.hist] = a[start:start + self.hist]
 
     def clear(self, slot: int) -> None:
         """A new stream in ``slot``: a window of zeros (masked, and finite whatever ran there before)."""
@@ -165,7 +164,7 @@ class KVRows:
         for s in slots:
             if self.offset[s] + self.hist + n > self.cap:
                 for a in self.arrays.values():
-                    self._window_to_start(s, a, a, self.cap)
+                    self._window_to_start(s, a)
                 self.offset[s] = 0
         return np.array([s * self.cap + int(self.offset[s]) for s in slots], np.int64)
 
