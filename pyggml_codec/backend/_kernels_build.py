@@ -31,7 +31,7 @@ def _exports() -> str:
     return header.split("/* cffi exports: begin */")[1].split("/* cffi exports: end */")[0]
 
 
-EXACT_ONLY = ("pg_mul_mat_f16dot", "pg_f16dot_product", "pg_f16dot_lanes",  # ggmldot.c: in the exact build alone
+EXACT_ONLY = ("pg_mul_mat_f16dot", "pg_f16dot_product", "pg_f16dot_lanes", "pg_f16dot_pairs_max_steps",  # ggmldot.c: in the exact build alone
               "pg_sinf_exact", "pg_sinf_exact_check", "pg_sinf_exact_use", "pg_sinf_exact_lanes")  # and elementwise.c's
 CDEF = "\n".join(line for line in _exports().splitlines() if not any(f" {name}(" in line for name in EXACT_ONLY))
 

@@ -68,6 +68,37 @@ def test_f16dot_is_ggml_mul_mat_bit_for_bit(a_type, b_type, k, m, n, batch_a, ba
     assert ours.shape == ggml.shape and differ == 0
 
 
+@pytest.mark.parametrize("b_type", [ops.F16, ops.F32])
+def test_f16dot_paired_chains_keep_ggml_bits(b_type):
+    """Short F16 products (at most ``pg_f16dot_pairs_max_steps`` whole steps of ggml's loop, 8 by
+    default, no leftovers) run the loop's four chains two at a time in blocks of 4 x 3 outputs
+    (AVX-512 builds without AVX512-FP16; elsewhere the setting changes nothing). Against ggml's own
+    mul_mat with the paired blocks never (0), by default, and for every length (1 << 20): K of one
+    to eight steps and past them, with leftovers (taken by the other blocks), row and column
+    counts off the blocks, fewer than 8 outputs, rows or columns split between threads. That the
+    paired blocks are faster is measured side by side (ggmldot.c). Metric: outputs whose bits
+    differ from ggml's, bound 0."""
+    klib = kernels._EXACT["module"].lib
+    rng = np.random.default_rng(53)
+    cases = [(64, 13, 11, 2), (128, 4, 3, 1), (192, 7, 5, 2), (256, 2, 1, 1), (448, 64, 300, 2), (512, 9, 7, 3),
+             (1024, 5, 4, 2), (124, 6, 5, 2)]
+    differ, outputs = 0, 0
+    try:
+        for steps in (0, 8, 1 << 20):
+            klib.pg_f16dot_pairs_max_steps(steps)
+            for k, m, n, threads in cases:
+                a = (rng.standard_normal((m, k)) * rng.choice([1.0, 300.0], (m, 1))).astype(np.float16)
+                b = rng.standard_normal((n, k)).astype(np.float16 if b_type == ops.F16 else np.float32)
+                ours, ggml = _products(a, b, b_type, threads)
+                differ += _bits_differ(ours, ggml)
+                outputs += ggml.size
+    finally:
+        klib.pg_f16dot_pairs_max_steps(8)
+    print(f"f16dot paired chains, b {'F16' if b_type == ops.F16 else 'F32'}: {differ} of {outputs} outputs "
+          f"differ from ggml's mul_mat (bound 0)")
+    assert differ == 0
+
+
 def test_f16dot_comparison_sees_one_ulp():
     """Negative control: one output one float32 ulp off is seen."""
     rng = np.random.default_rng(1)

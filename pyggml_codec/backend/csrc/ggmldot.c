@@ -189,6 +189,82 @@ static void gd_reduce_block_f16(int r, int c, const float * xs, int64_t np, doub
         }
 }
 
+#if GD_V == 16 && !GD_HALF
+/* Short F16 products (at most gd_pairs_max steps of GH_STEP, no leftovers) go in blocks of GD_R x
+ * GP_C outputs whose four chains run two at a time, j and j + 2 side by side in registers: x[0] +
+ * x[2] and x[1] + x[3] come out of the registers, the lanes of the block's outputs are added
+ * together (pg_sums16: the tree of _mm512_reduce_add_ps, four outputs per shuffle) and stored
+ * straight from the register. gd_block stores every chain of its GD_R x GD_C outputs (4 stores and
+ * 4 loads per output), and the outputs went through a buffer of doubles for the leftovers; over a
+ * few steps that cost more than the products. Each output keeps ggml_vec_dot_f16's sum.
+ * Graph products of the s2cpp encoder's shapes (F16 x F16, 2 threads, AMD EPYC Zen 4 VM), paired
+ * against gd_block: K = 64 (63488 x 64 outputs) 0.50x, K = 128 0.64x, K = 256 0.80-0.85x,
+ * K = 448 0.95x, K = 512 0.99x; at 16 steps (K = 1024) 1.06x, hence the limit of 8. The s2cpp
+ * encode 0.95x at 1.4 s and at 10 s, the decode 0.99-1.00x. */
+#define GD_PAIRS 1
+#define GP_C 3
+static int64_t gd_pairs_max = 8;
+void pg_f16dot_pairs_max_steps(int64_t n) { gd_pairs_max = n < 0 ? 0 : n; }
+
+/* o[q ldc + i] = a[i] . b[q], ggml_vec_dot_f16's value where the rows have no leftovers (np = K,
+ * a multiple of GH_STEP), for rows a[0..r) and columns b[0..c). r, c constant where inlined. */
+static inline __attribute__((always_inline)) void gp_block(const int r, const int c, const void * const * a,
+                                                          const void * const * b, int64_t np, float * o, int64_t ldc) {
+    __m512 y[GD_R * GP_C], v[16];  /* v[q r + i]: output (i, q) before its lanes are added */
+    for (int h = 0; h < 2; h++) {  /* chains h and h + 2 */
+        __m512 acc[2][GD_R][GP_C];
+        for (int e = 0; e < 2; e++)
+            for (int i = 0; i < r; i++)
+                for (int q = 0; q < c; q++) acc[e][i][q] = GD_ZERO();
+        for (int64_t k = (int64_t)h * GD_V; k < np; k += GD_STEP) {
+            __m512 bv[2][GP_C];
+            for (int e = 0; e < 2; e++)
+                for (int q = 0; q < c; q++) bv[e][q] = GD_LOADH((const uint16_t *)b[q] + k + 2 * e * GD_V);
+            for (int i = 0; i < r; i++)
+                for (int e = 0; e < 2; e++) {
+                    const __m512 av = GD_LOADH((const uint16_t *)a[i] + k + 2 * e * GD_V);
+                    for (int q = 0; q < c; q++) acc[e][i][q] = GD_FMA(av, bv[e][q], acc[e][i][q]);
+                }
+        }
+        for (int i = 0; i < r; i++)
+            for (int q = 0; q < c; q++) {
+                const __m512 x = GD_ADD(acc[0][i][q], acc[1][i][q]);
+                if (h == 0) y[q * r + i] = x;
+                else v[q * r + i] = GD_ADD(y[q * r + i], x);
+            }
+    }
+    const int n = r * c;
+    float t[16];
+    if (n < 8) {
+        pg_sums16(v, n, t);
+    } else {
+        for (int i = n; i < 16; i++) v[i] = GD_ZERO();
+        const __m512 sv = pg_sum16_in_order(v);  /* lane q r + i: output (i, q) */
+        if (r == 4) {  /* column q's four rows are lanes 4 q .. 4 q + 3: stored from the register */
+            _mm_storeu_ps(o, _mm512_castps512_ps128(sv));
+            if (c > 1) _mm_storeu_ps(o + ldc, _mm512_extractf32x4_ps(sv, 1));
+            if (c > 2) _mm_storeu_ps(o + 2 * ldc, _mm512_extractf32x4_ps(sv, 2));
+            return;
+        }
+        _mm512_storeu_ps(t, sv);
+    }
+    for (int q = 0; q < c; q++)
+        for (int i = 0; i < r; i++) o[q * ldc + i] = t[q * r + i];
+}
+
+static void gp_dispatch(int r, int c, const void * const * a, const void * const * b, int64_t np, float * o, int64_t ldc) {
+#define GP_CASE(R, C) if (r == R && c == C) { gp_block(R, C, a, b, np, o, ldc); return; }
+    GP_CASE(4, 3) GP_CASE(4, 2) GP_CASE(4, 1) GP_CASE(3, 3) GP_CASE(3, 2) GP_CASE(3, 1)
+    GP_CASE(2, 3) GP_CASE(2, 2) GP_CASE(2, 1) GP_CASE(1, 3) GP_CASE(1, 2) GP_CASE(1, 1)
+#undef GP_CASE
+}
+#else
+#define GD_PAIRS 0
+#define GP_C GD_C
+static const int64_t gd_pairs_max = 0;
+void pg_f16dot_pairs_max_steps(int64_t n) { (void) n; }
+#endif
+
 /* Then the leftovers, each product added in double, in order, for nb (1 or 2) blocks of the same
  * rows: the chains of a block's columns run side by side in the lanes of one vector of doubles
  * per row, the rows' and the blocks' vectors interleaved (2 GD_R independent chains: one after
@@ -258,23 +334,26 @@ static void gd_product(const int f32, const void * a, int64_t lda, const void * 
     const size_t esz = f32 ? 4 : 2;
     float xs[4 * GD_R * GD_C * GD_V];
     panel = panel > GD_C ? panel / GD_C * GD_C : GD_C;
+    /* columns per block: GP_C where the chains go two at a time (gp_block), else GD_C */
+    const int pairs = GD_PAIRS && !f32 && np && np == k && np / GH_STEP <= gd_pairs_max;
+    const int64_t width = pairs ? GP_C : GD_C;
     /* F16 leftovers (k past np) converted: the panel's columns to floats, block by block (bt,
-       [t][GD_DL] per block of GD_C columns), once for all its row blocks; a row block's to doubles
+       [t][GD_DL] per block of `width` columns), once for all its row blocks; a row block's to doubles
        (at, the FMAs' broadcast operand) once for all the panel's column blocks */
     const int64_t left = k - np, bt_block = left * GD_DL;
     int slot = -1;
     float * bt = NULL;
     double at[GD_R * GH_STEP];
     if (!f32 && left > 0) {
-        bt = pg_scratch_take((size_t)((panel / GD_C) * bt_block), &slot);
+        bt = pg_scratch_take((size_t)((panel / width) * bt_block), &slot);
         if (!bt) return;  /* out of memory: counted (pg_scratch_failures), c left unset */
     }
     for (int64_t j0 = c0; j0 < c1; j0 += panel) {
         const int64_t j1 = j0 + panel < c1 ? j0 + panel : c1;
         if (bt)
-            for (int64_t jb = j0; jb < j1; jb += GD_C) {
-                float * bb = bt + (jb - j0) / GD_C * bt_block;
-                const int cc = (int)(j1 - jb < GD_C ? j1 - jb : GD_C);
+            for (int64_t jb = j0; jb < j1; jb += width) {
+                float * bb = bt + (jb - j0) / width * bt_block;
+                const int cc = (int)(j1 - jb < width ? j1 - jb : width);
                 for (int q = 0; q < GD_DL; q++) {
                     const uint16_t * col = q < cc ? (const uint16_t *)b + (jb + q) * ldb + np : NULL;
                     for (int64_t t = 0; t < left; t++) bb[t * GD_DL + q] = col ? _cvtsh_ss(col[t]) : 0.0f;
@@ -292,17 +371,23 @@ static void gd_product(const int f32, const void * a, int64_t lda, const void * 
             int pend = 0;
             int64_t pjb[2];
             int pcc[2];
-            for (int64_t jb = j0; jb < j1; jb += GD_C) {
-                const int cc = (int)(j1 - jb < GD_C ? j1 - jb : GD_C);
+            for (int64_t jb = j0; jb < j1; jb += width) {
+                const int cc = (int)(j1 - jb < width ? j1 - jb : width);
                 const void * br[GD_C];
                 for (int q = 0; q < cc; q++) br[q] = (const char *)b + (size_t)((jb + q) * ldb) * esz;
+#if GD_PAIRS
+                if (pairs) {  /* no leftovers: the outputs as they come */
+                    gp_dispatch(r, cc, ar, br, np, c + jb * ldc + ib, ldc);
+                    continue;
+                }
+#endif
                 if (np) gd_dispatch(r, cc, f32, ar, br, np, xs);
                 if (!f32) {
                     gd_reduce_block_f16(r, cc, xs, np, sums[pend]);
                     pjb[pend] = jb, pcc[pend] = cc;
-                    if (++pend < 2 && jb + GD_C < j1) continue;
+                    if (++pend < 2 && jb + width < j1) continue;
                     if (bt) {
-                        const float * bts[2] = {bt + (pjb[0] - j0) / GD_C * bt_block, bt + (pjb[pend - 1] - j0) / GD_C * bt_block};
+                        const float * bts[2] = {bt + (pjb[0] - j0) / width * bt_block, bt + (pjb[pend - 1] - j0) / width * bt_block};
                         gd_leftovers_f16(pend, sums, at, bts, left);
                     }
                     for (int e = 0; e < pend; e++)
@@ -377,6 +462,7 @@ void pg_mul_mat_f16dot(void * dst_, int ith, int nth, void * userdata) {
 }
 #else
 int pg_f16dot_lanes(void) { return 0; }  /* a build without AVX2 or F16C: ggml's products stay with ggml */
+void pg_f16dot_pairs_max_steps(int64_t n) { (void) n; }
 int pg_f16dot_product(int f32, int64_t m, int64_t n, int64_t k, const void * a, const void * b, float * c) {
     (void) f32; (void) m; (void) n; (void) k; (void) a; (void) b; (void) c;
     return 0;

@@ -23,6 +23,53 @@ static inline float pg_hsum8(__m256 v) {
 }
 #endif
 
+#if defined(__AVX512F__)
+/* The 16 lanes of v added by the tree of pg_hsum8 after lanes k and k + 8 (the tree of GCC's
+ * _mm512_reduce_add_ps too) */
+static inline float pg_hsum16(__m512 v) {
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    return pg_hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
+}
+
+/* pg_hsum16 of each of v[0..16), as one vector: lane 4 L + c holds pg_hsum16(v[4 c + L]). The
+ * same adds (lanes l and l + 8, then l and l + 4, l and l + 2, the pair), four outputs at a time
+ * per shuffle instead of one. */
+static inline __attribute__((always_inline)) __m512 pg_sum16(const __m512 * v) {
+    __m512 t[8], u[4], w[2];
+    for (int p = 0; p < 8; p++)
+        t[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xEE));
+    for (int p = 0; p < 4; p++)
+        u[p] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * p], t[2 * p + 1], 0x88),
+                             _mm512_shuffle_f32x4(t[2 * p], t[2 * p + 1], 0xDD));
+    for (int p = 0; p < 2; p++)
+        w[p] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * p], u[2 * p + 1], 0x44), _mm512_shuffle_ps(u[2 * p], u[2 * p + 1], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+}
+
+/* pg_sum16 with lane i holding pg_hsum16(v[i]) */
+static inline __attribute__((always_inline)) __m512 pg_sum16_in_order(const __m512 * v) {
+    /* lane 4 L + c of pg_sum16 is output 4 c + L */
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(order, pg_sum16(v));
+}
+
+/* out[i] = pg_hsum16(v[i]) for i < n (n <= 24): fewer than 8 one at a time, else 16 at a time */
+static inline __attribute__((always_inline)) void pg_sums16(const __m512 * v, int n, float * out) {
+    if (n < 8) {
+        for (int i = 0; i < n; i++) out[i] = pg_hsum16(v[i]);
+        return;
+    }
+    for (int i0 = 0; i0 < n; i0 += 16) {
+        __m512 g[16];
+        for (int i = 0; i < 16; i++) g[i] = i0 + i < n ? v[i0 + i] : _mm512_setzero_ps();
+        const __m512 s = pg_sum16_in_order(g);
+        if (n - i0 >= 16) _mm512_storeu_ps(out + i0, s);
+        else _mm512_mask_storeu_ps(out + i0, (__mmask16)((1u << (n - i0)) - 1), s);
+    }
+}
+#endif
+
 #if defined(__AVX2__)
 /* dst[t * ldd + c] = src[c * lds + t] for c, t < 8 */
 static inline void pg_transpose8(const float * restrict src, int64_t lds, float * restrict dst, int64_t ldd) {
@@ -153,6 +200,7 @@ int pg_sinf_exact_lanes(void);  /* values per vector of the replica of libm's si
 void pg_mul_mat_f16dot(void * dst, int ith, int nth, void * userdata);
 int pg_f16dot_product(int f32, int64_t m, int64_t n, int64_t k, const void * a, const void * b, float * c);
 int pg_f16dot_lanes(void);  /* ggml's F16 dot product's lanes reproduced (16, 8); 0: not built */
+void pg_f16dot_pairs_max_steps(int64_t n);  /* F16 products of at most n whole steps of ggml's loop (8, the default; 0: none) run its chains two at a time: the same sums; not while a compute runs */
 /* cffi exports: end */
 
 #endif

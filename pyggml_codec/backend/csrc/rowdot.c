@@ -36,9 +36,7 @@ typedef __m512 pg_vf;
 #define VMUL(a, b) _mm512_mul_ps(a, b)
 #define VSET1(x) _mm512_set1_ps(x)
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
-static inline float vsum(pg_vf v) {
-    return pg_hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
-}
+static inline float vsum(pg_vf v) { return pg_hsum16(v); }
 #define PG_RD_VECTOR 1
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define PG_RD_V 8
@@ -196,38 +194,8 @@ static inline __attribute__((always_inline)) pg_vf load_a(const void * a, int h,
 }
 
 #if PG_RD_V == 16
-/* vsum of each of v[0..16), as one vector: lane 4 L + c holds vsum(v[4 c + L]). The same adds as
- * vsum's (lanes l and l + 8, then l and l + 4, l and l + 2, the pair), four outputs at a time per
- * shuffle instead of one. */
-static inline __attribute__((always_inline)) __m512 rd_sum16(const __m512 * v) {
-    __m512 t[8], u[4], w[2];
-    for (int p = 0; p < 8; p++)
-        t[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44),
-                             _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xEE));
-    for (int p = 0; p < 4; p++)
-        u[p] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * p], t[2 * p + 1], 0x88),
-                             _mm512_shuffle_f32x4(t[2 * p], t[2 * p + 1], 0xDD));
-    for (int p = 0; p < 2; p++)
-        w[p] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * p], u[2 * p + 1], 0x44), _mm512_shuffle_ps(u[2 * p], u[2 * p + 1], 0xEE));
-    return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
-}
-
-/* out[i] = vsum(v[i]) for i < n (n <= 24) */
-static inline __attribute__((always_inline)) void rd_sums(const __m512 * v, int n, float * out) {
-    if (n < 8) {  /* a few: one at a time */
-        for (int i = 0; i < n; i++) out[i] = vsum(v[i]);
-        return;
-    }
-    /* lane 4 L + c of rd_sum16 is output 4 c + L */
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    for (int i0 = 0; i0 < n; i0 += 16) {
-        __m512 g[16];
-        for (int i = 0; i < 16; i++) g[i] = i0 + i < n ? v[i0 + i] : _mm512_setzero_ps();
-        const __m512 s = _mm512_permutexvar_ps(order, rd_sum16(g));
-        if (n - i0 >= 16) _mm512_storeu_ps(out + i0, s);
-        else _mm512_mask_storeu_ps(out + i0, (__mmask16)((1u << (n - i0)) - 1), s);
-    }
-}
+/* out[i] = vsum(v[i]) for i < n (n <= 24): pg_sums16 */
+static inline __attribute__((always_inline)) void rd_sums(const __m512 * v, int n, float * out) { pg_sums16(v, n, out); }
 #else
 static inline __attribute__((always_inline)) void rd_sums(const pg_vf * v, int n, float * out) {
     for (int i = 0; i < n; i++) out[i] = vsum(v[i]);
