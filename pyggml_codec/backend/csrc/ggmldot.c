@@ -18,7 +18,8 @@
  *   reduction and the leftovers in float.)
  *
  * Each accumulator is its own chain, so the block runs the four one after another (one pass
- * per j over the whole vectors: R C accumulators in registers instead of 4 R C).
+ * per j over the whole vectors: R C accumulators in registers instead of 4 R C); short F16
+ * products with AVX-512 run them two at a time in smaller blocks instead (gp_block).
  * This file is compiled in the exact build only: no -ffast-math, no FMA contraction (the C
  * arithmetic here must be the one written). kernels.py uses it only where its products of random
  * rows equal those of this ggml build's own vec_dot, bit for bit (pg_f16dot_product, at import). */
@@ -326,7 +327,7 @@ static void gd_round_f16(const float * x, uint16_t * h, int64_t n) {
  * i in [m0, m1) of a and columns q in [c0, c1) of b: rows of k values, F16 (f32 == 0), or F32 with
  * f32 the leftovers' mode of gd_finish_f32, a row i
  * at a + i lda, b's q at b + q ldb (elements). Column panels of `panel` (their rows stay in L2
- * while the rows of a pass), blocks of GD_R x GD_C. */
+ * while the rows of a pass), blocks of GD_R x GD_C (GD_R x GP_C where `pairs`: gp_block). */
 static void gd_product(const int f32, const void * a, int64_t lda, const void * b, int64_t ldb, int64_t m0, int64_t m1,
                        int64_t c0, int64_t c1, int64_t k, int64_t panel, float * c, int64_t ldc) {
     const int64_t step = f32 ? GD_STEP : GH_STEP, np = k / step * step;
