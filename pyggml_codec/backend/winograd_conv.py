@@ -63,7 +63,33 @@ WINO_BALANCE = 12  # block counts rounded up to a multiple of this (11 blocks le
 # 256-288 tiles whose transformed input (10 planes of 384 channels) no longer sat in L2. Decoder
 # blocks 2-4 at 8 streams of one frame (2 threads): 59.8 -> 56.0 ms per step, same tiles' sums.
 WINO_BALANCE_BATCHED = 4
+# And with working sets of WINO_CHUNK_BYTES_BATCHED: 8 streams of one frame (2 threads) then take the
+# 96- and 192-channel convs in blocks of one stream's tiles (256-513) instead of two (512-1026):
+# 0.89-0.95x those convs' time (per node, best of 5, three runs at 8 and 16 streams; the one-shot
+# decode's blocks were no faster so), about 1 % of a step. Where that leaves an odd block count that
+# no multiple reaches, one block fewer: 5 blocks of a 384-channel conv at d = 9 ran 1.24x the time of 4.
+WINO_CHUNK_BYTES_BATCHED = 4 << 20
 WINO_INPUT_OP = True  # split-channel convs transform their input in an op of its own (False: in each thread)
+
+
+def wino_block_rows(rows: int, dilation: int, cin: int, cout: int, segments: int, wino: Winograd = WINOGRAD) -> int:
+    """Tile rows per thread block of a conv over ``rows`` tile rows (counted over its segments in
+    turn) when its threads split time: blocks of about WINO_CHUNK_BYTES (WINO_CHUNK_BYTES_BATCHED
+    in a batched step) and at least WINO_MIN_TILES tiles, their count rounded for the threads."""
+    chunk = WINO_CHUNK_BYTES if segments == 1 else WINO_CHUNK_BYTES_BATCHED
+    max_tiles = max(WINO_MIN_TILES, chunk // (4 * wino.n * (cin + cout)))
+    max_rows = max(1, max_tiles // dilation)
+    n_blocks = max(-(-rows // max_rows), min(WINO_MIN_BLOCKS, rows * dilation // WINO_MIN_TILES), 1)
+    balance = WINO_BALANCE if segments == 1 else WINO_BALANCE_BATCHED
+    for multiple in (balance, 2):  # whole shares for 2, 3, 4 and 6 threads (one-shot) where blocks allow
+        balanced = -(-n_blocks // multiple) * multiple
+        if n_blocks > 1 and rows * dilation // balanced >= WINO_MIN_TILES:
+            n_blocks = balanced
+            break
+    else:
+        if segments > 1 and n_blocks > 2 and n_blocks % 2:
+            n_blocks -= 1
+    return -(-rows // n_blocks)
 
 
 def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = WINOGRAD, segments: int = 1):
@@ -87,16 +113,7 @@ def conv_wino(ctx, u, x, dilation: int, keep: list, prev=None, wino: Winograd = 
     check_context(prev, wino.k, dilation, cin, segments)
     length = int(x.contents.ne[0]) // segments
     rows = segments * -(-length // (wino.m * dilation))  # tile rows, counted over the segments in turn
-    max_tiles = max(WINO_MIN_TILES, WINO_CHUNK_BYTES // (4 * wino.n * (cin + cout)))
-    max_rows = max(1, max_tiles // dilation)
-    n_blocks = max(-(-rows // max_rows), min(WINO_MIN_BLOCKS, rows * dilation // WINO_MIN_TILES), 1)
-    balance = WINO_BALANCE if segments == 1 else WINO_BALANCE_BATCHED
-    for multiple in (balance, 2):  # whole shares for 2, 3, 4 and 6 threads (one-shot) where blocks allow
-        balanced = -(-n_blocks // multiple) * multiple
-        if n_blocks > 1 and rows * dilation // balanced >= WINO_MIN_TILES:
-            n_blocks = balanced
-            break
-    block = -(-rows // n_blocks)
+    block = wino_block_rows(rows, dilation, cin, cout, segments, wino)
     by_rows = rows * dilation <= wino_rowdot_tiles(cin)
     split_below = WINO_SPLIT_CHANNELS_BELOW_ROWS if by_rows and segments == 1 else WINO_SPLIT_CHANNELS_BELOW
     keep.append(wino.tables)

@@ -257,6 +257,7 @@ def test_conv_wino_segments_are_separate_streams(segments, length, d, max_tiles,
         monkeypatch.setattr(winograd_conv, "WINO_SPLIT_CHANNELS_BELOW", 0)
         monkeypatch.setattr(winograd_conv, "WINO_SPLIT_CHANNELS_BELOW_ROWS", 0)
         monkeypatch.setattr(winograd_conv, "WINO_CHUNK_BYTES", 1)
+        monkeypatch.setattr(winograd_conv, "WINO_CHUNK_BYTES_BATCHED", 1)
         monkeypatch.setattr(winograd_conv, "WINO_MIN_TILES", block_rows * d)
     wino = winograd_tables.VARIANTS[4]
     cin, cout = 24, 40
@@ -287,6 +288,40 @@ def test_conv_wino_segments_are_separate_streams(segments, length, d, max_tiles,
         # the BLAS, whose sums change with the tile count)
         if max_tiles >= segments * length and kernels.ROWDOT:
             assert np.array_equal(got[:, s], out[f"y{s}"]), f"segment {s} differs from the stream alone"
+
+
+@pytest.mark.parametrize("cin,length,d,block", [
+    (96, 2048, 1, 512), (96, 2048, 3, 171), (96, 2048, 9, 57),  # one stream's tile rows per block
+    (192, 1024, 1, 256), (192, 1024, 9, 29),
+    (384, 256, 9, 16),  # 4 blocks where 5 would reach no multiple of 2 or 4 with WINO_MIN_TILES tiles
+])
+def test_batched_conv_wino_blocks_for_8_streams(cin, length, d, block):
+    """The decoder's time-split convs in a step of 8 streams of one frame: blocks of one stream's
+    tile rows at 96 and 192 channels, 4 blocks of the 384-channel d = 9 conv."""
+    rows = 8 * -(-length // (4 * d))
+    got = winograd_conv.wino_block_rows(rows, d, cin, cin, 8)
+    print(f"{cin} channels, 8 x {length} samples, d={d}: {rows} tile rows in blocks of {got}")
+    assert got == block
+
+
+def test_batched_conv_wino_blocks_share_evenly_between_2_threads():
+    """Over stream counts, lengths, channels and dilations, the busier of 2 threads (each taking
+    half the blocks, as the C splits them) gets at most 1.1x half a batched step's tile rows: an
+    odd block count (5 blocks of 13 rows: 1.19x) is rounded to an even one."""
+    worst = (0.0,)
+    for segments in (2, 3, 4, 6, 8, 16):
+        for n in (32, 256, 512, 1024, 2048, 4096):
+            for c in (96, 192, 384, 768):
+                for d in (1, 3, 9):
+                    rows = segments * -(-n // (4 * d))
+                    block = winograd_conv.wino_block_rows(rows, d, c, c, segments)
+                    nb = -(-rows // block)
+                    first = min(nb // 2 * block, rows)
+                    load = max(first, rows - first) / (rows / 2) if nb > 1 else 1.0
+                    worst = max(worst, (load, segments, n, c, d, nb, block))
+    print(f"busiest of 2 threads: {worst[0]:.3f}x half the rows (streams, samples, channels, d, blocks, "
+          f"rows per block: {worst[1:]})")
+    assert worst[0] <= 1.1
 
 
 @pytest.mark.parametrize("segments,length,d,max_tiles", [
