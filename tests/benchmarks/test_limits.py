@@ -300,47 +300,64 @@ def test_alternate_bracketed_samples_the_rate_between_every_two_runs(monkeypatch
     assert all(r[0] >= 0 for r in ours + theirs)
 
 
-def test_one_stream_target_takes_the_bandwidth_measured_around_it():
-    """The one-stream row's target uses the read rate measured around its runs."""
+def test_one_stream_target_takes_the_bandwidth_measured_around_each_run():
+    """Each one-stream run is judged against its own target, from the one-shot runs and the read
+    rates sampled just before and after it: a run timed while memory read at 10 GB/s is not held
+    to a target computed from a 40 GB/s sample taken another minute."""
     import bench_streams
 
-    one = [0.100, 0.100, 0.100]
-    row = bench_streams._row("stream-chunk1", 1, 10, [0.2, 0.2], one, bandwidth_gbs_paired=10.0)
-    bench_streams.add_targets([row], 400_000_000, 40.0)  # the run-level rate: 10 ms to read 400 MB
-    assert row["bandwidth_gbs"] == 10.0
-    assert row["target_ms"] == pytest.approx(1.05 * (10.0 + 40.0))  # 40 ms to read them at 10 GB/s
-    plain = bench_streams._row("stream-chunk1", 1, 10, [0.2, 0.2], one)
+    one = [0.100, 0.100, 0.100]  # 10 ms per frame one-shot, 10 frames
+    # run 1 (50 ms per frame) read at 10 GB/s: target 1.05 x (10 + 40) = 52.5; run 2 (25 ms) at 40 GB/s: 21
+    row = bench_streams._row("stream-chunk1", 1, 10, [0.5, 0.25], one, bandwidth_gbs_runs=[(8.0, 12.0), (40.0, 40.0)])
+    bench_streams.add_targets([row], 400_000_000, 40.0)
+    ratios = [50.0 / 52.5, 25.0 / 21.0]
+    print(f"per-run ratios {ratios}, paired {row['ms_per_frame_paired']:.2f} against {row['target_ms']:.2f} ms")
+    assert row["target_ms"] == pytest.approx((52.5 + 21.0) / 2)  # the median of the runs' targets
+    assert row["bandwidth_gbs"] == pytest.approx(25.0)
+    assert row["ms_per_frame_paired"] == pytest.approx(sum(ratios) / 2 * row["target_ms"])
+    assert not row["meets_target"]  # the median of 0.952 and 1.190
+    fast = bench_streams._row("stream-chunk1", 1, 10, [0.5, 0.5], one, bandwidth_gbs_runs=[(10.0, 10.0)] * 2)
+    bench_streams.add_targets([fast], 400_000_000, 40.0)
+    assert fast["meets_target"] and fast["target_ms"] == pytest.approx(52.5)
+    plain = bench_streams._row("stream-chunk1", 1, 10, [0.2, 0.2], one)  # no samples: the run-level rate
     bench_streams.add_targets([plain], 400_000_000, 40.0)
-    assert plain["target_ms"] == pytest.approx(1.05 * (10.0 + 10.0))
+    assert plain["target_ms"] == pytest.approx(1.05 * (10.0 + 10.0)) and plain["bandwidth_gbs"] == 40.0
 
 
-def test_stream_runs_take_bandwidth_samples_between_rounds(monkeypatch):
-    """The one-stream rows' bandwidth is sampled before each round of runs and after the last."""
+def test_stream_runs_take_bandwidth_samples_around_each_run(monkeypatch):
+    """The named function's runs are sampled just before and just after each, the others not."""
     import bench_streams
 
     monkeypatch.setattr(bench_streams, "SETTLE_S", 0.0)
-    calls = []
-    fns = {"ref": lambda: calls.append("ref"), "a": lambda: calls.append("a")}
-    times = bench_streams._times(fns, 2, warm=False, between=lambda: calls.append("bw"))
-    assert calls == ["bw", "ref", "a", "bw", "ref", "a", "ref", "bw"]
+    calls, values = [], iter(range(10))
+
+    def sample():
+        calls.append("bw")
+        return next(values)
+
+    fns = {"ref": lambda: calls.append("ref"), "a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    times, samples = bench_streams._times(fns, 2, warm=False, around={"a": sample})
+    assert calls == ["ref", "bw", "a", "bw", "b", "ref", "bw", "a", "bw", "b", "ref"]
+    assert samples == {"a": [(0, 1), (2, 3)]}
     assert len(times["ref"]) == 3 and len(times["a"]) == 2
 
 
-def test_one_stream_target_takes_the_median_of_its_bandwidth_samples(tiny_model, monkeypatch):
-    """bench_streams samples the read rate before each round of the one-stream runs and after
-    the last, and the target takes their median: one outlier moves nothing."""
+def test_one_stream_rows_carry_their_runs_bandwidth(tiny_model, monkeypatch):
+    """bench_streams samples the read rate around each one-stream chunk-1 run, and that row's
+    target comes from those samples, not from the run-level rate it is given."""
     import bench_streams
     import pyggml_codec
 
     monkeypatch.setattr(bench_streams, "SETTLE_S", 0.0)
-    samples = iter([30.0, 50.0, 31.0])
+    samples = iter([30.0, 50.0, 31.0, 33.0])
     with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1, parts="decode") as c:
         monkeypatch.setattr(bench_streams, "_first_frame_latency", lambda codec, items, reps: [0.01])
         rows = bench_streams.bench_streams(c, 2, 2, frames_one=2, bandwidth_gbs=99.0,
                                            measure_bandwidth=lambda: next(samples))
     row = next(r for r in rows if r["task"] == "stream-chunk1")
-    assert row["bandwidth_gbs_around"] == [30.0, 50.0, 31.0]
-    assert row["bandwidth_gbs"] == 31.0
+    assert row["bandwidth_gbs_runs"] == [(30.0, 50.0), (31.0, 33.0)]
+    assert row["bandwidth_gbs"] == pytest.approx(36.0)  # the median of the runs' means, 40 and 32
+    assert "bandwidth_gbs_runs" not in next(r for r in rows if r["task"] == "stream-chunk4")
 
 
 def test_page_command_names_the_s2cpp_tree_not_its_path():
