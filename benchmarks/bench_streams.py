@@ -17,10 +17,10 @@ the minima, and bracketed: each run against the mean of the reference runs befor
 Each streamed row also gives its exactness: the max abs difference of its audio from ``decode()``.
 
 The chunk-1 rows are held to targets per byte read (``limits.py``), given the memory bandwidth
-measured in the same run (just before and after each one-stream run): one stream, time per frame <= 1.05 x (one-shot time per frame + bytes
-of weights one push reads / bandwidth); 8 streams, time per frame and stream <= 1.05 x the one-shot
-time per frame. The weight bytes are those of the graphs of a one-frame push (their leaves in the
-weight buffer, each byte once).
+measured in the same run, just before and after each one-stream run: one stream, time per frame
+<= 1.05 x (one-shot time per frame + bytes of weights one push reads / bandwidth); 8 streams, time
+per frame and stream <= 1.05 x the one-shot time per frame. The weight bytes are those of the
+graphs of a one-frame push (their leaves in the weight buffer, each byte once).
 ``bench_codec.py --streams`` runs the same on the full-size model it builds, with the peak RSS
 of 8 live streams in a child process (``--rss-child``).
 """
