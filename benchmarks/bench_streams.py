@@ -111,12 +111,12 @@ def _row(task: str, streams: int, frames: int, t: list, ref: list, exact: float 
     medians, of the minima, and the median of each run against the mean of the two reference runs
     around it (the one least moved by a machine whose speed drifts over a run)."""
     per, ref_per = statistics.median(t) / frames, statistics.median(ref) / frames
-    bracketed = [x / (0.5 * (a + b)) for x, a, b in zip(t, ref, ref[1:])]
+    around = [0.5 * (a + b) for a, b in zip(ref, ref[1:])]  # the reference runs around each run
     row = dict(task=task, streams=streams, ms_per_frame=1e3 * per, one_shot_ms_per_frame=1e3 * ref_per,
                vs_one_shot=per / ref_per, vs_one_shot_min=min(t) / min(ref),
-               vs_one_shot_bracketed=statistics.median(bracketed),
-               runs_ms=[1e3 * x / frames for x in t], one_shot_around_ms=[1e3 * 0.5 * (a + b) / frames
-                                                                          for a, b in zip(ref, ref[1:])], **extra)
+               vs_one_shot_bracketed=statistics.median(x / m for x, m in zip(t, around)),
+               runs_ms=[1e3 * x / frames for x in t], one_shot_around_ms=[1e3 * m / frames for m in around],
+               **extra)
     if exact is not None:
         row["max_abs_vs_decode"] = exact
     return row
