@@ -61,3 +61,42 @@ def test_a_compute_whose_kernel_was_refused_scratch_raises(monkeypatch, require)
     monkeypatch.setattr(ggml_graph.kernels, "scratch_failures", lambda: next(counts))
     with pytest.raises(MemoryError, match=r"could not allocate its scratch memory \(1 refusals\)"):
         run_cpu_graph(build)
+
+
+
+_OWN_SLOTS = r"""
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pyggml_codec.backend import _kernels
+lib, ffi = _kernels.lib, _kernels.ffi
+
+def take(n):
+    slot = ffi.new("int *")
+    buf = lib.pg_scratch_take(n, slot)
+    assert buf != ffi.NULL
+    lib.pg_scratch_give(buf, slot[0])
+    return slot[0]
+
+a, b = ThreadPoolExecutor(1), ThreadPoolExecutor(1)  # one thread each, kept
+on = lambda pool, n: pool.submit(take, n).result()
+print(json.dumps({"a": on(a, 1000), "b": on(b, 1000), "a_again": [on(a, 1000) for _ in range(3)],
+                  "b_again": [on(b, 500) for _ in range(3)], "a_grown": on(a, 1 << 20)}))
+"""
+
+
+def test_each_thread_takes_back_its_own_slot(klib):
+    """A slot freed by one thread goes back to that thread, not to the first thread that asks: its
+    lines are still in that thread's caches (two cores on different dies otherwise pass every block's
+    buffers between them). Taken first-come, the second thread got the first one's slot. Run in a
+    fresh process, where no slot has been used yet."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _OWN_SLOTS], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    print(f"slots taken: {got}")
+    assert got["a"] != got["b"], "the second thread took the first thread's slot"
+    assert got["a_again"] == [got["a"]] * 3 and got["b_again"] == [got["b"]] * 3
+    assert got["a_grown"] == got["a"], "a thread's own slot grows before another thread's is taken"
