@@ -539,7 +539,8 @@ def main(argv=None) -> int:
                                            parts="decode") as c:
                         measure = functools.partial(limits.bandwidth_gbs, threads, args.bandwidth_mib)
                         for r in bench_streams.bench_streams(c, args.streams, args.reps, args.frames_one, bandwidth,
-                                                             measure_bandwidth=measure):
+                                                             measure_bandwidth=measure,
+                                                             measure_round_trip=limits.core_round_trip_ns):
                             rows.append(dict(r, dtype=file, file=file.upper(), precision="f32", threads=threads,
                                              streams_row=True))
                             print(json.dumps(rows[-1]), flush=True)

@@ -122,6 +122,19 @@ def _row(task: str, streams: int, frames: int, t: list, ref: list, exact: float 
     return row
 
 
+def _around(name: str, **samplers) -> dict | None:
+    """``_times``' ``around`` for the runs of ``name``: the given samplers (None: not sampled), one
+    dict of their samples by key per call; None where none is given."""
+    given = {key: fn for key, fn in samplers.items() if fn is not None}
+    return {name: lambda: {key: fn() for key, fn in given.items()}} if given else None
+
+
+def _split_samples(pairs: list) -> dict:
+    """``_times``' (before, after) pairs of sample dicts -> {key: [(before, after), ...]} per key."""
+    keys = dict.fromkeys(k for before, _ in pairs for k in before)
+    return {k: [(before[k], after[k]) for before, after in pairs] for k in keys}
+
+
 def push_weight_bytes(codec, codes) -> int:
     """Bytes of weights the graphs of one one-frame push read (a stream's second push: steady state)."""
     import limits
@@ -168,14 +181,17 @@ def add_targets(rows: list[dict], weight_bytes: int, bandwidth_gbs: float) -> No
 
 
 def bench_streams(codec, frames: int, reps: int, frames_one: int = 216, bandwidth_gbs: float | None = None,
-                  measure_bandwidth=None) -> list[dict]:
+                  measure_bandwidth=None, measure_round_trip=None) -> list[dict]:
     """The rows above; with ``bandwidth_gbs`` (measured in the same run) the chunk-1 targets too.
     ``measure_bandwidth`` (a function returning GB/s), where given, is called just before and just
     after each timed run of one stream at chunk 1, and each run's target takes the mean of its
     two samples: the memory read rate of the seconds that run was timed, not of another minute
     (on a 2-core VM whose read rate switches between about 33 and 60 GB/s every few seconds,
     samples taken once per round of runs once read 58-63 GB/s around runs timed at the other
-    level)."""
+    level). ``measure_round_trip`` (a function returning ns or None, ``limits.core_round_trip_ns``),
+    where given, is sampled around each chunk-1 run too (``round_trip_ns_runs``): it tells which
+    placement of the cores a run had, on one die or on two (that VM's two levels of read rate are
+    its two placements, and on two dies a one-frame push runs slower while memory reads faster)."""
     from parity import random_codes
 
     sizes = codec.config.quantizer.codebook_sizes
@@ -186,18 +202,20 @@ def bench_streams(codec, frames: int, reps: int, frames_one: int = 216, bandwidt
     fns = {"one-shot": lambda: codec.decode(long)}
     fns.update({f"stream-chunk{c}": (lambda c=c: _stream(codec, long, c)) for c in (1, 4, 16)})
     exact = {name: _max_abs([fn()], [want]) for name, fn in fns.items() if name != "one-shot"}  # warm-ups too
-    t, samples = _times(fns, reps, warm=False,
-                        around={"stream-chunk1": measure_bandwidth} if measure_bandwidth else None)
+    t, samples = _times(fns, reps, warm=False, around=_around("stream-chunk1", bandwidth_gbs_runs=measure_bandwidth,
+                                                              round_trip_ns_runs=measure_round_trip))
     ref = t.pop("one-shot")
-    rows += [_row(name, 1, frames_one, s, ref, exact[name],
-                  **({"bandwidth_gbs_runs": samples[name]} if samples.get(name) else {})) for name, s in t.items()]
+    rows += [_row(name, 1, frames_one, s, ref, exact[name], **_split_samples(samples.get(name, [])))
+             for name, s in t.items()]
     wants = [codec.decode(x) for x in items]
     fns = {"one-shot": lambda: [codec.decode(x) for x in items]}
     fns.update({f"streams8-chunk{c}": (lambda c=c: _streams(codec, items, c)) for c in (1, 4, 16)})
     exact = {name: _max_abs(fn(), wants) for name, fn in fns.items() if name != "one-shot"}
-    t, _ = _times(fns, reps, warm=False)
+    t, samples = _times(fns, reps, warm=False,
+                        around=_around(f"streams{N_STREAMS}-chunk1", round_trip_ns_runs=measure_round_trip))
     ref = t.pop("one-shot")
-    rows += [_row(name, N_STREAMS, N_STREAMS * frames, s, ref, exact[name]) for name, s in t.items()]
+    rows += [_row(name, N_STREAMS, N_STREAMS * frames, s, ref, exact[name], **_split_samples(samples.get(name, [])))
+             for name, s in t.items()]
     for k in (1, 4, 8):
         sub = items[:k]
         exact_k = _max_abs(codec.decode_batch(sub), wants[:k])
@@ -230,15 +248,22 @@ def rss_streams(model_path: str, threads: int, frames: int) -> float:
 def targets_table(rows: list[dict]) -> str:
     """The chunk-1 rows against their targets per byte read."""
     lines = ["| file | run | streams | ms per frame (paired / median) | one-shot ms per frame | weights per push MB "
-             "| bandwidth GB/s | target ms | met (paired / medians) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| bandwidth GB/s | target ms | met (paired / medians) | cores' round trip ns, per run |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     yes = {True: "yes", False: "no"}
     for r in rows:
         if "target_ms" in r:
             lines.append(f"| {r.get('file', '')} | {r['task']} | {r['streams']} | {r['ms_per_frame_paired']:.2f} / "
                          f"{r['ms_per_frame']:.2f} | {r['one_shot_ms_per_frame']:.2f} | "
                          f"{r['push_weight_bytes'] / 1e6:.1f} | {r['bandwidth_gbs']:.1f} | {r['target_ms']:.2f} | "
-                         f"{yes[r['meets_target']]} / {yes[r['meets_target_medians']]} |")
+                         f"{yes[r['meets_target']]} / {yes[r['meets_target_medians']]} | {round_trips(r)} |")
     return "\n".join(lines)
+
+
+def round_trips(row: dict) -> str:
+    """Each run's cores' round trip (the mean of its samples before and after it), in run order."""
+    runs = [[x for x in pair if x is not None] for pair in row.get("round_trip_ns_runs", [])]
+    return " ".join(f"{sum(x) / len(x):.0f}" if x else "n/a" for x in runs) or "n/a"
 
 
 def table(rows: list[dict]) -> str:
@@ -283,7 +308,8 @@ def main(argv=None) -> int:
     with pyggml_codec.load(args.model, backend="cpu", n_threads=args.threads, precision=args.precision,
                            parts="decode") as c:
         rows = bench_streams(c, args.frames, args.reps, args.frames_one, bandwidth,
-                             measure_bandwidth=lambda: limits.bandwidth_gbs(args.threads, args.bandwidth_mib))
+                             measure_bandwidth=lambda: limits.bandwidth_gbs(args.threads, args.bandwidth_mib),
+                             measure_round_trip=limits.core_round_trip_ns)
     for r in rows:
         print(json.dumps(r), flush=True)
     about = limits.machine()

@@ -5,6 +5,10 @@
 * :func:`bandwidth_gbs`: a streaming read of a buffer larger than the last-level cache
   (:func:`bandwidth_mib`: 512 MiB, or twice the cache where that is more), split over the
   threads, best of N;
+* :func:`core_round_trip_ns`: a cache line passed back and forth between two threads pinned to the
+  first two CPUs the process may use: about 100 ns between cores that share a last-level cache,
+  several times that between dies (a VM can move its two cores from one placement to the other
+  while it runs);
 * :class:`FlopMeter`: the operations of every graph the codec computes while it is active
   (``pyggml_codec.backend.flops``: products, Winograd transforms, elementwise), and the bytes of
   weights those graphs read;
@@ -171,6 +175,86 @@ def bandwidth_gbs(threads: int, mib: int = BANDWIDTH_MIB, reps: int = 5) -> floa
             w.join()
         best = min(best, time.perf_counter() - t0)
     return buf.nbytes / best / 1e9
+
+
+_ROUND_TRIP_C = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
+static _Atomic long flag __attribute__((aligned(64)));
+struct job { int cpu; long n; int pinned; };
+static int pin(int cpu) {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(cpu, &s);
+    return pthread_setaffinity_np(pthread_self(), sizeof s, &s) == 0;
+}
+static void * answer(void * arg) {
+    struct job * j = arg;
+    j->pinned = pin(j->cpu);
+    for (long i = 0; i < j->n; i++) {
+        while (atomic_load_explicit(&flag, memory_order_acquire) != 2 * i + 1) {}
+        atomic_store_explicit(&flag, 2 * i + 2, memory_order_release);
+    }
+    return 0;
+}
+/* ns per round trip between CPUs a and b; -1 where a thread cannot be pinned */
+double round_trip_ns(int a, int b, long n) {
+    struct job ask = {a, n, 0}, other = {b, n, 0};
+    pthread_t t;
+    cpu_set_t old;
+    pthread_getaffinity_np(pthread_self(), sizeof old, &old);
+    atomic_store(&flag, 0);
+    ask.pinned = pin(a);
+    if (pthread_create(&t, 0, answer, &other) != 0) return -1;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (long i = 0; i < n; i++) {
+        atomic_store_explicit(&flag, 2 * i + 1, memory_order_release);
+        while (atomic_load_explicit(&flag, memory_order_acquire) != 2 * i + 2) {}
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    pthread_join(t, 0);
+    pthread_setaffinity_np(pthread_self(), sizeof old, &old);
+    if (!ask.pinned || !other.pinned) return -1;
+    return ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / n;
+}
+"""
+_round_trip = None
+
+
+def core_round_trip_ns(n: int = 20000) -> float | None:
+    """Mean ns of a round trip of one cache line between two threads pinned to the first two CPUs
+    this process may run on (compiled once per process with ``cc``); None where there are fewer than
+    two CPUs, no compiler, or the threads cannot be pinned. On a 2-core VM these are the cores the
+    codec's two threads run on: about 100-130 ns on one die and 380-420 on two, on the VM this was
+    written on, which moved between the two every few seconds to minutes."""
+    global _round_trip
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    if _round_trip is None:
+        import subprocess
+        import tempfile
+
+        tmp = Path(tempfile.mkdtemp(prefix="round_trip_"))
+        (tmp / "rt.c").write_text(_ROUND_TRIP_C)
+        try:
+            subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-pthread", "-o",
+                            str(tmp / "rt.so"), str(tmp / "rt.c")], check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError):
+            _round_trip = False
+            return None
+        lib = ctypes.CDLL(str(tmp / "rt.so"))
+        lib.round_trip_ns.restype, lib.round_trip_ns.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_int,
+                                                                                  ctypes.c_long]
+        _round_trip = lib.round_trip_ns
+    if _round_trip is False:
+        return None
+    ns = _round_trip(cpus[0], cpus[1], n)
+    return ns if ns > 0 else None
 
 
 @dataclass

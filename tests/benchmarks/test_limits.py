@@ -358,6 +358,44 @@ def test_one_stream_rows_carry_their_runs_bandwidth(tiny_model, monkeypatch):
     assert row["bandwidth_gbs_runs"] == [(30.0, 50.0), (31.0, 33.0)]
     assert row["bandwidth_gbs"] == pytest.approx(36.0)  # the median of the runs' means, 40 and 32
     assert "bandwidth_gbs_runs" not in next(r for r in rows if r["task"] == "stream-chunk4")
+    assert not any("round_trip_ns_runs" in r for r in rows)  # not asked for
+
+
+def test_chunk1_rows_carry_each_runs_round_trip(tiny_model, monkeypatch):
+    """With a round-trip sampler, both chunk-1 rows carry a (before, after) pair per run, the
+    one-stream row beside its bandwidth pairs, and the targets table prints each run's mean."""
+    import bench_streams
+    import pyggml_codec
+
+    monkeypatch.setattr(bench_streams, "SETTLE_S", 0.0)
+    trips = iter([100.0, 120.0, 400.0, None, 380.0, 420.0, 110.0, 130.0])
+    with pyggml_codec.load(tiny_model.f32_path, backend="cpu", n_threads=1, parts="decode") as c:
+        monkeypatch.setattr(bench_streams, "_first_frame_latency", lambda codec, items, reps: [0.01])
+        rows = bench_streams.bench_streams(c, 2, 2, frames_one=2, bandwidth_gbs=99.0,
+                                           measure_bandwidth=lambda: 40.0, measure_round_trip=lambda: next(trips))
+    one = next(r for r in rows if r["task"] == "stream-chunk1")
+    many = next(r for r in rows if r["task"] == "streams8-chunk1")
+    assert one["round_trip_ns_runs"] == [(100.0, 120.0), (400.0, None)]
+    assert one["bandwidth_gbs_runs"] == [(40.0, 40.0)] * 2
+    assert many["round_trip_ns_runs"] == [(380.0, 420.0), (110.0, 130.0)]
+    assert "round_trip_ns_runs" not in next(r for r in rows if r["task"] == "streams8-chunk4")
+    table = bench_streams.targets_table(rows)
+    print(table)
+    assert "cores' round trip ns, per run |" in table
+    assert "| 110 400 |" in table and "| 400 120 |" in table  # a None sample leaves the other alone
+
+
+def test_core_round_trip_is_measured_or_says_why_not(monkeypatch):
+    """Between two CPUs a round trip takes some ns (above 10: a store seen by another core); with
+    one CPU there is nothing to measure."""
+    import os
+
+    ns = limits.core_round_trip_ns(2000)
+    print(f"round trip between the first two CPUs: {ns} ns")
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert ns is not None and 10 < ns < 100_000
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert limits.core_round_trip_ns(2000) is None
 
 
 def test_page_command_names_the_s2cpp_tree_not_its_path():
