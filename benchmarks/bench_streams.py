@@ -248,7 +248,7 @@ def rss_streams(model_path: str, threads: int, frames: int) -> float:
 def targets_table(rows: list[dict]) -> str:
     """The chunk-1 rows against their targets per byte read."""
     lines = ["| file | run | streams | ms per frame (paired / median) | one-shot ms per frame | weights per push MB "
-             "| bandwidth GB/s | target ms | met (paired / medians) | cores' round trip ns, per run |",
+             "| bandwidth GB/s | target ms | met (paired / medians) | cores' round trip ns, before / after each run |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     yes = {True: "yes", False: "no"}
     for r in rows:
@@ -261,9 +261,10 @@ def targets_table(rows: list[dict]) -> str:
 
 
 def round_trips(row: dict) -> str:
-    """Each run's cores' round trip (the mean of its samples before and after it), in run order."""
-    runs = [[x for x in pair if x is not None] for pair in row.get("round_trip_ns_runs", [])]
-    return " ".join(f"{sum(x) / len(x):.0f}" if x else "n/a" for x in runs) or "n/a"
+    """Each run's cores' round trips just before and just after it, in run order (a run can span a
+    move of the cores from one placement to the other, and the pair shows it)."""
+    ns = lambda x: "n/a" if x is None else f"{x:.0f}"  # noqa: E731
+    return ", ".join(f"{ns(before)} / {ns(after)}" for before, after in row.get("round_trip_ns_runs", [])) or "n/a"
 
 
 def table(rows: list[dict]) -> str:

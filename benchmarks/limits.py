@@ -6,8 +6,8 @@
   (:func:`bandwidth_mib`: 512 MiB, or twice the cache where that is more), split over the
   threads, best of N;
 * :func:`core_round_trip_ns`: a cache line passed back and forth between two threads pinned to the
-  first two CPUs the process may use: about 100 ns between cores that share a last-level cache,
-  several times that between dies (a VM can move its two cores from one placement to the other
+  first two CPUs the process may use: tens of ns between cores that share a last-level cache,
+  several hundred between dies (a VM can move its two cores from one placement to the other
   while it runs);
 * :class:`FlopMeter`: the operations of every graph the codec computes while it is active
   (``pyggml_codec.backend.flops``: products, Winograd transforms, elementwise), and the bytes of
@@ -200,9 +200,10 @@ static void * answer(void * arg) {
     }
     return 0;
 }
-/* ns per round trip between CPUs a and b; -1 where a thread cannot be pinned */
+/* ns per round trip between CPUs a and b, timed after as many untimed ones (both threads on their
+   CPUs by then); -1 where a thread cannot be pinned */
 double round_trip_ns(int a, int b, long n) {
-    struct job ask = {a, n, 0}, other = {b, n, 0};
+    struct job ask = {a, 2 * n, 0}, other = {b, 2 * n, 0};
     pthread_t t;
     cpu_set_t old;
     pthread_getaffinity_np(pthread_self(), sizeof old, &old);
@@ -210,8 +211,8 @@ double round_trip_ns(int a, int b, long n) {
     ask.pinned = pin(a);
     if (pthread_create(&t, 0, answer, &other) != 0) return -1;
     struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (long i = 0; i < n; i++) {
+    for (long i = 0; i < 2 * n; i++) {
+        if (i == n) clock_gettime(CLOCK_MONOTONIC, &t0);
         atomic_store_explicit(&flag, 2 * i + 1, memory_order_release);
         while (atomic_load_explicit(&flag, memory_order_acquire) != 2 * i + 2) {}
     }
@@ -227,10 +228,11 @@ _round_trip = None
 
 def core_round_trip_ns(n: int = 20000) -> float | None:
     """Mean ns of a round trip of one cache line between two threads pinned to the first two CPUs
-    this process may run on (compiled once per process with ``cc``); None where there are fewer than
-    two CPUs, no compiler, or the threads cannot be pinned. On a 2-core VM these are the cores the
-    codec's two threads run on: about 100-130 ns on one die and 380-420 on two, on the VM this was
-    written on, which moved between the two every few seconds to minutes."""
+    this process may run on, over ``n`` round trips after ``n`` untimed ones (compiled once per
+    process with ``cc``); None where there are fewer than two CPUs, no compiler, or the threads
+    cannot be pinned. On a 2-core VM these are the cores the codec's two threads run on: 49-68 ns
+    on one die and 311-350 on two, on the VM this was written on, which moved between the two
+    every few seconds to minutes."""
     global _round_trip
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:

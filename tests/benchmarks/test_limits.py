@@ -381,8 +381,8 @@ def test_chunk1_rows_carry_each_runs_round_trip(tiny_model, monkeypatch):
     assert "round_trip_ns_runs" not in next(r for r in rows if r["task"] == "streams8-chunk4")
     table = bench_streams.targets_table(rows)
     print(table)
-    assert "cores' round trip ns, per run |" in table
-    assert "| 110 400 |" in table and "| 400 120 |" in table  # a None sample leaves the other alone
+    assert "cores' round trip ns, before / after each run |" in table
+    assert "| 100 / 120, 400 / n/a |" in table and "| 380 / 420, 110 / 130 |" in table
 
 
 def test_core_round_trip_is_measured_or_says_why_not(monkeypatch):
