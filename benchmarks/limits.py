@@ -209,7 +209,10 @@ double round_trip_ns(int a, int b, long n) {
     pthread_getaffinity_np(pthread_self(), sizeof old, &old);
     atomic_store(&flag, 0);
     ask.pinned = pin(a);
-    if (pthread_create(&t, 0, answer, &other) != 0) return -1;
+    if (pthread_create(&t, 0, answer, &other) != 0) {
+        pthread_setaffinity_np(pthread_self(), sizeof old, &old);
+        return -1;
+    }
     struct timespec t0, t1;
     for (long i = 0; i < 2 * n; i++) {
         if (i == n) clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -238,18 +241,21 @@ def core_round_trip_ns(n: int = 20000) -> float | None:
     if len(cpus) < 2:
         return None
     if _round_trip is None:
+        import shutil
         import subprocess
         import tempfile
 
         tmp = Path(tempfile.mkdtemp(prefix="round_trip_"))
-        (tmp / "rt.c").write_text(_ROUND_TRIP_C)
         try:
+            (tmp / "rt.c").write_text(_ROUND_TRIP_C)
             subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-pthread", "-o",
                             str(tmp / "rt.so"), str(tmp / "rt.c")], check=True, capture_output=True)
+            lib = ctypes.CDLL(str(tmp / "rt.so"))  # mapped: the files can go
         except (OSError, subprocess.CalledProcessError):
             _round_trip = False
             return None
-        lib = ctypes.CDLL(str(tmp / "rt.so"))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         lib.round_trip_ns.restype, lib.round_trip_ns.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_int,
                                                                                   ctypes.c_long]
         _round_trip = lib.round_trip_ns

@@ -63,7 +63,6 @@ def test_a_compute_whose_kernel_was_refused_scratch_raises(monkeypatch, require)
         run_cpu_graph(build)
 
 
-
 _OWN_SLOTS = r"""
 import json
 from concurrent.futures import ThreadPoolExecutor

@@ -363,7 +363,7 @@ def test_one_stream_rows_carry_their_runs_bandwidth(tiny_model, monkeypatch):
 
 def test_chunk1_rows_carry_each_runs_round_trip(tiny_model, monkeypatch):
     """With a round-trip sampler, both chunk-1 rows carry a (before, after) pair per run, the
-    one-stream row beside its bandwidth pairs, and the targets table prints each run's mean."""
+    one-stream row beside its bandwidth pairs, and the targets table prints each run's pair."""
     import bench_streams
     import pyggml_codec
 
