@@ -241,21 +241,18 @@ def core_round_trip_ns(n: int = 20000) -> float | None:
     if len(cpus) < 2:
         return None
     if _round_trip is None:
-        import shutil
         import subprocess
         import tempfile
 
-        tmp = Path(tempfile.mkdtemp(prefix="round_trip_"))
         try:
-            (tmp / "rt.c").write_text(_ROUND_TRIP_C)
-            subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-pthread", "-o",
-                            str(tmp / "rt.so"), str(tmp / "rt.c")], check=True, capture_output=True)
-            lib = ctypes.CDLL(str(tmp / "rt.so"))  # mapped: the files can go
+            with tempfile.TemporaryDirectory(prefix="round_trip_") as tmp:
+                (Path(tmp) / "rt.c").write_text(_ROUND_TRIP_C)
+                subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-pthread", "-o",
+                                f"{tmp}/rt.so", f"{tmp}/rt.c"], check=True, capture_output=True)
+                lib = ctypes.CDLL(f"{tmp}/rt.so")  # mapped: the files can go
         except (OSError, subprocess.CalledProcessError):
             _round_trip = False
             return None
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         lib.round_trip_ns.restype, lib.round_trip_ns.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_int,
                                                                                   ctypes.c_long]
         _round_trip = lib.round_trip_ns
