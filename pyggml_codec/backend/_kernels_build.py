@@ -7,7 +7,8 @@ against the binding's own struct before using them. The C sources are in ``csrc/
 ``elementwise.c`` (Snake, fused bias passes, F16 im2col, col2im, transposes), ``blas.c`` (products and
 per-tap convs through a CBLAS sgemm), ``winograd.c`` (the Winograd conv), ``rowdot.c`` (row
 products), ``attention.c`` (streamed attention read in place from the key/value arena, and a whole
-sequence's causal window attention in one op), ``scratch.c`` (scratch buffers kept between calls), ``pg_kernels.h``.
+sequence's causal window attention in one op), ``scratch.c`` (scratch buffers kept between calls),
+``timeline.c`` (the kernels' calls timed per thread inside a whole compute), ``pg_kernels.h``.
 
 Snake: ggml's ``sin`` is a scalar loop, so the 5-op chain runs at a fraction of PyTorch's
 speed; one pass with glibc's vectorized ``sinf`` (libmvec, enabled by -ffast-math) was
@@ -21,7 +22,7 @@ import sys
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-C_SOURCES = ["elementwise.c", "blas.c", "winograd.c", "rowdot.c", "attention.c", "scratch.c"]  # in csrc/, with the shared pg_kernels.h
+C_SOURCES = ["elementwise.c", "blas.c", "winograd.c", "rowdot.c", "attention.c", "scratch.c", "timeline.c"]  # in csrc/, with the shared pg_kernels.h
 
 
 def _exports() -> str:

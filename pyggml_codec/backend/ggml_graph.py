@@ -12,6 +12,7 @@ import ctypes
 import time
 import warnings
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -97,6 +98,44 @@ def _check_scratch(before: int) -> None:
 def blas_single_threaded():
     """Held around every compute: the BLAS kernels' sgemms must not go threaded (kernels.Blas)."""
     return kernels.BLAS.single_threaded() if kernels.BLAS is not None else contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class TimedNode:
+    """A node of a timed compute (``Graph.timeline``): its op (``node_label``), output ne and, where
+    it runs a compiled kernel, each thread's entry and exit in seconds from the compute's start
+    (both empty for ggml's own ops, which run untimed between the kernels)."""
+
+    index: int
+    op: str
+    ne: tuple[int, ...]
+    enter: tuple[float, ...] = ()
+    leave: tuple[float, ...] = ()
+
+    @property
+    def seconds(self) -> float:
+        """From the first thread's entry to the last one's exit (0 where untimed)."""
+        return max(self.leave) - min(self.enter) if self.enter else 0.0
+
+    @property
+    def spread(self) -> float:
+        """How long the first thread out waited for the last: its share of the op's time that
+        the barrier after it took (0 where untimed)."""
+        return max(self.leave) - min(self.leave) if self.leave else 0.0
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """One compute of a whole graph with its compiled kernels timed (``Graph.timeline``)."""
+
+    seconds: float  # the compute, on the clock the kernels read
+    nodes: tuple[TimedNode, ...]  # every node, in order
+
+    @property
+    def between(self) -> float:
+        """The compute's time outside every timed op: ggml's own ops, the barriers between ops,
+        the threads' start and the compute's set-up."""
+        return self.seconds - sum(n.seconds for n in self.nodes)
 
 
 class Graph:
@@ -318,20 +357,25 @@ class Graph:
         _check_scratch(failed)
         return {name: self._download(name) for name in self._downloads}
 
+    def _inputs_again(self, needs: str, what: str) -> None:
+        """Before ``profile`` or ``timeline``: the graph on one backend, its inputs uploaded again
+        (the allocator reuses input memory) and copies of the bound arrays last lent bound."""
+        if self.sched:
+            raise GraphError(f"{needs} needs a graph on one backend; this one runs "
+                             f"{', '.join(self.cpu_nodes)} on the CPU")
+        self._upload_inputs({})
+        if self.bound:
+            if not self.bound_arrays:
+                raise GraphError(f"{what} of a graph with bound inputs before any run lent them memory")
+            self._bind({name: aligned_array(a.shape, a) for name, a in self.bound_arrays.items()})
+
     def profile(self) -> list[tuple[str, tuple[int, ...], float]]:
         """(op, ne, seconds) of each node, computing one node at a time through graph views,
         on the inputs the graph was built with (uploaded again first: the allocator reuses
         input memory) and on copies of the bound arrays last lent (the rows themselves may be
         another stream's by now). For finding the dominant ops; the sum is a little above one
         compute. Single-backend graphs only (a scheduled graph's nodes live on two backends)."""
-        if self.sched:
-            raise GraphError(f"per-node profile needs a graph on one backend; this one runs "
-                             f"{', '.join(self.cpu_nodes)} on the CPU")
-        self._upload_inputs({})
-        if self.bound:
-            if not self.bound_arrays:
-                raise GraphError("profile of a graph with bound inputs before any run lent them memory")
-            self._bind({name: aligned_array(a.shape, a) for name, a in self.bound_arrays.items()})
+        self._inputs_again("per-node profile", "profile")
         out = []
         for i in range(lib.ggml_graph_n_nodes(self.gf)):
             view = lib.ggml_graph_view(self.gf, i, i + 1)
@@ -345,6 +389,39 @@ class Graph:
             _check_scratch(failed)
             out.append((node_label(node), binding.ne(node), elapsed))
         return out
+
+    def timeline(self) -> Timeline:
+        """One compute of the whole graph, as ``run`` makes it, with each compiled kernel's call
+        timed on every thread (``kernels.timed_calls``), on the inputs ``profile`` uses. Unlike
+        ``profile``, each op runs where it runs in a real compute: after the ops before it, on the
+        caches and memory they left, behind ggml's barrier. ggml's own ops are not timed: they lie
+        in the gaps, with the barriers. Graphs on the CPU backend alone."""
+        self._inputs_again("a timeline", "timeline")
+        nodes = [lib.ggml_graph_node(self.gf, i) for i in range(lib.ggml_graph_n_nodes(self.gf))]
+        try:
+            timed, restore = kernels.timed_calls(list(enumerate(nodes)))
+        except RuntimeError as exc:
+            raise GraphError(f"cannot time this graph's kernels: {exc}") from None
+        try:
+            if not timed:
+                raise GraphError("no node of this graph runs a compiled kernel: nothing to time")
+            failed = kernels.scratch_failures()
+            with blas_single_threaded():
+                start = kernels.clock_ns()
+                status = lib.ggml_backend_graph_compute(self.backend.handle, self.gf)
+                end = kernels.clock_ns()
+        finally:
+            restore()
+        if status != 0:
+            raise GraphError(f"graph compute failed with ggml status {status}")
+        _check_scratch(failed)
+        stamps = dict(timed)
+        out = []
+        for i, node in enumerate(nodes):
+            ran = stamps[i][stamps[i][:, 0] >= 0] if i in stamps else np.empty((0, 2), np.int64)
+            out.append(TimedNode(i, node_label(node), binding.ne(node), tuple((ran[:, 0] - start) / 1e9),
+                                 tuple((ran[:, 1] - start) / 1e9)))
+        return Timeline((end - start) / 1e9, tuple(out))
 
     def free(self) -> None:
         """Idempotent; handles cleared before they are freed (see WeightBuffer.free). The

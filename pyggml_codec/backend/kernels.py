@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import logging
+from typing import Callable
 
 import numpy as np
 
@@ -202,6 +203,59 @@ def kernel_name(node) -> str | None:
     address = ctypes.c_void_p.from_address(params).value
     exact = _EXACT["by_address"].get(address) if EXACT_AVAILABLE else None
     return f"{exact} (exact)" if exact else OPS["by_address"].get(address)
+
+
+# ggml keeps a custom op's callback, thread count and userdata in its op parameters:
+# {fun, int n_tasks, userdata}, the pointer after the int aligned to 8 bytes.
+_CALLBACK, _N_TASKS, _USERDATA = 0, 8, 16
+TIMED_THREADS = 64  # threads whose entry and exit a timed call records (Graph.timeline)
+
+
+def timed_calls(nodes) -> tuple[list[tuple[int, np.ndarray]], Callable[[], None]]:
+    """Route each node of ``nodes`` (``(index, node)``) that runs one of these kernels through the
+    build's timed call (csrc/timeline.c), which reads the clock on each thread's entry and exit.
+    Returns ``(index, stamps)`` for those nodes, ``stamps`` int64 ``[TIMED_THREADS, 2]`` (ns; -1
+    where a thread did not run the op), and the function that restores every node's own callback
+    and userdata. Nothing else changes: the kernel gets its own userdata and computes its values."""
+    if not AVAILABLE:
+        raise RuntimeError(f"no compiled kernels to time: {UNAVAILABLE_REASON}")
+    klib, ffi = OPS["module"].lib, OPS["module"].ffi
+    if not hasattr(klib, "pg_timed"):
+        raise RuntimeError("the compiled kernels are from another version (no pg_timed; reinstall)")
+    wrappers = {name: int(ffi.cast("uintptr_t", ffi.addressof(klib, name))) for name in ("pg_timed", "pg_timed2")}
+    originals, timed = [], []
+    try:
+        for index, node in nodes:
+            name = kernel_name(node)
+            if name is None:
+                continue
+            at = ctypes.addressof(node.contents) + lib.ggml_tensor.op_params.offset
+            fun = ctypes.c_void_p.from_address(at + _CALLBACK).value
+            userdata = ctypes.c_void_p.from_address(at + _USERDATA).value
+            if ctypes.c_int32.from_address(at + _N_TASKS).value != N_TASKS_MAX:
+                raise RuntimeError(f"node {index}: its op parameters are not laid out as this version expects")
+            block = np.full(3 + 8 * TIMED_THREADS, -1, dtype=np.int64)
+            block[:3] = fun, userdata or 0, TIMED_THREADS
+            two = SYMBOLS[name.split(" ")[0]][1] is lib.ggml_custom2_op_t  # a MAP_CUSTOM2 op's callback
+            originals.append((at, fun, userdata, block))
+            ctypes.c_void_p.from_address(at + _USERDATA).value = block.ctypes.data
+            ctypes.c_void_p.from_address(at + _CALLBACK).value = wrappers["pg_timed2" if two else "pg_timed"]
+            timed.append((index, block[3:].reshape(TIMED_THREADS, 8)[:, :2]))
+    except BaseException:
+        _restore(originals)
+        raise
+    return timed, lambda: _restore(originals)
+
+
+def _restore(originals) -> None:
+    for at, fun, userdata, _ in originals:
+        ctypes.c_void_p.from_address(at + _CALLBACK).value = fun
+        ctypes.c_void_p.from_address(at + _USERDATA).value = userdata
+
+
+def clock_ns() -> int:
+    """The clock the timed calls read (CLOCK_MONOTONIC), in ns."""
+    return int(OPS["module"].lib.pg_clock_ns())
 
 
 # In place (``in_place=True``): the result is a view of the first source, written over it. The

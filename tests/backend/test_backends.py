@@ -121,6 +121,8 @@ def test_rejected_ops_run_on_the_cpu_through_the_scheduler(tiny_model):
         assert binding.buffer_is_weights(model.buffer.buffer)
         with pytest.raises(pyggml_codec.GraphError, match="per-node profile needs a graph on one backend"):
             fused.profile()
+        with pytest.raises(pyggml_codec.GraphError, match="a timeline needs a graph on one backend"):
+            fused.timeline()
         again = codec.decode(codes)  # cached scheduled graph, computed again
     err = float(np.abs(got - want).max())
     print(f"scheduled decode vs CPU: max abs {err:.2e}; encode codes equal: {np.array_equal(got_codes, want_codes)}")

@@ -50,6 +50,8 @@ def test_bound_inputs_refuse_missing_or_ill_formed_memory(graph):
         graph.run({})
     with pytest.raises(GraphError, match="before any run"):
         graph.profile()
+    with pytest.raises(GraphError, match="before any run"):
+        graph.timeline()
     rows = aligned_zeros(10, 8)
     for bad in (rows.astype(np.float64), rows[:, :4], np.asfortranarray(rows), rows.reshape(-1)):
         with pytest.raises(GraphError, match="bound input rows"):

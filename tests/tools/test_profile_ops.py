@@ -31,7 +31,7 @@ def demo(tmp_path_factory) -> Path:
 
 def _by_op(text: str) -> tuple[dict[str, tuple], float]:
     lines = text.splitlines()
-    total = float(re.search(r"([\d.]+) ms summed over nodes", lines[0]).group(1))
+    total = float(re.search(r"([\d.]+) ms (?:summed over nodes|medians of \d+ whole computes)", lines[0]).group(1))
     start = lines.index("by op:") + 1
     rows = {}
     for line in lines[start:]:
@@ -43,7 +43,7 @@ def _by_op(text: str) -> tuple[dict[str, tuple], float]:
     return rows, total
 
 
-@pytest.mark.parametrize("what", ["decode", "encode"])
+@pytest.mark.parametrize("what", ["decode", "encode", "stream"])
 def test_rows_add_up_without_the_floor(tool, demo, capsys, what):
     assert tool.main(["-m", str(demo), "--what", what, "--seconds", "3", "--no-floor", "--top", "3"]) == 0
     out = capsys.readouterr().out
@@ -77,3 +77,29 @@ def test_excess_shares_follow_the_measured_floor(tool, demo, capsys):
     for op, (ms, _, rate, excess, _) in rows.items():
         want = ms * (1 - rate / sgemm)
         assert abs(excess - want) <= 0.1 + ms * 0.5 / sgemm * (1 + rate / sgemm), (op, excess, want)
+
+
+@pytest.mark.parametrize("what", ["decode", "stream"])
+def test_timeline_rows_add_up(tool, demo, capsys, what):
+    """--timeline: the kernels' nodes timed inside whole computes, ggml's own ops and the barriers
+    in one (between) row, the rows adding up to the computes' medians' sum."""
+    assert tool.main(["-m", str(demo), "--what", what, "--seconds", "3", "--no-floor", "--timeline", "2",
+                      "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "ms medians of 2 whole computes" in out.splitlines()[0]
+    rows, total = _by_op(out)
+    ms = sum(r[0] for r in rows.values())
+    between = re.search(r"^\(between\): ggml's own ops and the barriers between ops, ([\d.]+) ms; the first "
+                        r"thread out of a timed op waiting for the last: ([\d.]+) ms in all$", out, re.M)
+    print(f"{len(rows)} ops, rows {ms:.1f} ms against {total:.1f} ms; {between.group(0)}")
+    assert abs(ms - total) <= 0.05 * (len(rows) + 1) + 1e-9
+    assert rows["(between)"][0] == float(between.group(1)) > 0
+    assert any(op.startswith("CUSTOM:") and r[2] > 0 for op, r in rows.items()), "no product with a rate"
+    assert not any(op in rows for op in ("MUL_MAT", "ADD", "RESHAPE")), "ggml's own ops have no rows of their own"
+
+
+@pytest.mark.parametrize("runs", ["0", "-1"])
+def test_timeline_needs_a_run(tool, demo, capsys, runs):
+    with pytest.raises(SystemExit):
+        tool.main(["-m", str(demo), "--timeline", runs])
+    assert f"--timeline takes a count of runs of at least 1, not {runs}" in capsys.readouterr().err

@@ -192,6 +192,10 @@ void pg_rowdot_two_rows_max_bytes(int64_t n);  /* narrow products of F16 rows in
 int pg_has_f16c(void);
 void pg_f16_soft(const float * x, uint16_t * out, int64_t n);  /* F16 without F16C (tested in every build) */
 int pg_tensor_layout(int64_t * offsets);
+/* Graph.timeline (timeline.c): a kernel's call timed per thread; the clock they read */
+void pg_timed(void * dst, int ith, int nth, void * userdata);
+void pg_timed2(void * dst, void * a, void * b, int ith, int nth, void * userdata);
+int64_t pg_clock_ns(void);
 /* the exact build's only (ggmldot.c; libm's sinf in vectors, elementwise.c) */
 void pg_sinf_exact(const float * x, float * y, int64_t n);
 int64_t pg_sinf_exact_check(uint32_t b0, uint32_t b1, uint32_t step);
