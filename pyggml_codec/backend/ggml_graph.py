@@ -395,7 +395,8 @@ class Graph:
         timed on every thread (``kernels.timed_calls``), on the inputs ``profile`` uses. Unlike
         ``profile``, each op runs where it runs in a real compute: after the ops before it, on the
         caches and memory they left, behind ggml's barrier. ggml's own ops are not timed: they lie
-        in the gaps, with the barriers. Graphs on the CPU backend alone."""
+        in the gaps, with the barriers. Graphs on the CPU backend alone, and not while another
+        thread computes the same graph (its callbacks are routed through the timed call meanwhile)."""
         self._inputs_again("a timeline", "timeline")
         nodes = [lib.ggml_graph_node(self.gf, i) for i in range(lib.ggml_graph_n_nodes(self.gf))]
         try:
