@@ -46,11 +46,12 @@ BETWEEN = "(between)"  # --timeline: the time outside the timed ops
 
 def timeline_rows(graph, runs: int) -> tuple[list[tuple[int, str, tuple, float]], float]:
     """(node index, op, ne, seconds) of each node from ``runs`` timed computes of ``graph``: a
-    timed node's median time, 0 for ggml's own ops, whose median time together (with the
-    barriers) comes as one more row with index -1; and the median summed spread of the timed ops."""
+    timed node's median time; ggml's own ops as (between) rows of 0 s (their operations go there),
+    whose median time together (with the barriers) comes as one more row with index -1; and the
+    median summed spread of the timed ops."""
     timelines = [graph.timeline() for _ in range(runs)]
     rows = [(node.index, node.op, node.ne, float(np.median([t.nodes[node.index].seconds for t in timelines])))
-            for node in timelines[0].nodes]
+            if node.enter else (node.index, BETWEEN, (), 0.0) for node in timelines[0].nodes]
     rows.append((-1, BETWEEN, (), float(np.median([t.between for t in timelines]))))
     return rows, float(np.median([sum(n.spread for n in t.nodes) for t in timelines]))
 
@@ -74,11 +75,11 @@ def main(argv=None) -> int:
     if args.timeline is not None and args.timeline < 1:
         p.error(f"--timeline takes a count of runs of at least 1, not {args.timeline}")
     rng = np.random.default_rng(0)
-    with pyggml_codec.load(args.model, backend=args.backend, n_threads=args.threads, precision=args.precision) as c:
+    with (pyggml_codec.load(args.model, backend=args.backend, n_threads=args.threads, precision=args.precision) as c,
+          contextlib.ExitStack() as stream):
         n = int(args.seconds * c.sample_rate)
         frames = -(-n // c.config.samples_per_frame)
         codes = np.stack([rng.integers(0, s, max(frames, 2)) for s in c.config.quantizer.codebook_sizes])
-        stream = contextlib.ExitStack()
         if args.what == "decode":
             c.decode(codes[:, :frames])
         elif args.what == "stream":  # one frame at a time: the graphs of a stream's steady pushes
@@ -105,15 +106,12 @@ def main(argv=None) -> int:
                 count = flops.FlopCount()
                 flops.count_node(binding.lib.ggml_graph_node(graph.gf, i), count)
                 uncounted.update(count.uncounted)
-                if args.timeline and not seconds:  # ggml's own op: its work goes to the (between) row
-                    op, ne = BETWEEN, ()
                 row = by_shape[(op, ne)]
                 row[0] += seconds
                 row[1] += 1
                 row[2] += count.total
                 by_op[op][0] += seconds
                 by_op[op][1] += count.total
-        stream.close()
     total = sum(s for s, _ in by_op.values())
     work = sum(f for _, f in by_op.values())
     on_cpu = args.backend == "cpu"  # the floor is the CPU's SGEMM: no floor for another backend's nodes

@@ -194,20 +194,26 @@ def scratch_failures() -> int:
     return sum(int(t["module"].lib.pg_scratch_failures()) for t in (OPS, _EXACT) if t is not None)
 
 
+# ggml keeps a custom op's callback, thread count and userdata in its op parameters:
+# {fun, int n_tasks, userdata}, the pointer after the int aligned to 8 bytes.
+_CALLBACK, _N_TASKS, _USERDATA = 0, 8, 16
+
+
+def _op_params(node) -> int:
+    """The address of a node's op parameters."""
+    return ctypes.addressof(node.contents) + lib.ggml_tensor.op_params.offset
+
+
 def kernel_name(node) -> str | None:
     """Which of these kernels a CUSTOM / MAP_CUSTOM2 node runs (its callback is the first
     field of the op parameters ggml stores), or None."""
     if not AVAILABLE:
         return None
-    params = ctypes.addressof(node.contents) + lib.ggml_tensor.op_params.offset
-    address = ctypes.c_void_p.from_address(params).value
+    address = ctypes.c_void_p.from_address(_op_params(node) + _CALLBACK).value
     exact = _EXACT["by_address"].get(address) if EXACT_AVAILABLE else None
     return f"{exact} (exact)" if exact else OPS["by_address"].get(address)
 
 
-# ggml keeps a custom op's callback, thread count and userdata in its op parameters:
-# {fun, int n_tasks, userdata}, the pointer after the int aligned to 8 bytes.
-_CALLBACK, _N_TASKS, _USERDATA = 0, 8, 16
 TIMED_THREADS = 64  # threads whose entry and exit a timed call records (Graph.timeline)
 
 
@@ -229,7 +235,7 @@ def timed_calls(nodes) -> tuple[list[tuple[int, np.ndarray]], Callable[[], None]
             name = kernel_name(node)
             if name is None:
                 continue
-            at = ctypes.addressof(node.contents) + lib.ggml_tensor.op_params.offset
+            at = _op_params(node)
             fun = ctypes.c_void_p.from_address(at + _CALLBACK).value
             userdata = ctypes.c_void_p.from_address(at + _USERDATA).value
             if ctypes.c_int32.from_address(at + _N_TASKS).value != N_TASKS_MAX:
